@@ -1,0 +1,279 @@
+"""Raw-SQL floor for the cyclone benchmarks.
+
+Each function does, with plain asyncpg and no cyclone code, the database work one library
+benchmark does, in the fastest reasonable plain-asyncpg way. Run against the same server in the
+same run as the library benchmarks, these numbers are the baseline the library's figures are
+printed as ratios to: what is left over is the library's own cost.
+
+- ``insert_unnest``: batched ``INSERT ... SELECT * FROM unnest($1::text[], $2::jsonb[])``, one
+  round trip and one commit per batch. The best set-based insert in ordinary SQL.
+- ``insert_copy``: binary ``COPY`` via ``copy_records_to_table``, the fastest bulk load
+  PostgreSQL offers; the ceiling for batch enqueue.
+- ``insert_single``: one parameterised ``INSERT`` per call, each acquiring a pool connection and
+  committing on its own, as an HTTP handler enqueuing one job would.
+- ``drain_delete``: concurrent clients, each holding a connection, claim a batch with
+  ``FOR UPDATE SKIP LOCKED`` and complete it by ``DELETE`` in one statement. The fastest raw
+  queue: no leases, retries or history.
+- ``drain_update``: the same, but completion flips ``state`` from 'available' to 'done' under a
+  partial index and rows stay, showing what keeping finished jobs costs against deleting them.
+- ``wake_latency``: a producer inserts a row and ``pg_notify``s in one transaction; a listener
+  connection claims the row as soon as the notification arrives. Latency runs from just before
+  ``COMMIT`` to the claimed row being returned; p50 and p99 in milliseconds.
+
+Timings cover only the measured work: table setup, prefill and payload encoding (payloads are
+pre-encoded JSON text) are excluded. Each function (re)creates its tables in schema ``floor``
+and drops them at the end. The pool must use asyncpg's default jsonb codec (JSON text in and
+out) and should allow at least ``clients`` connections, or the drains run less concurrently.
+
+Try it alone: ``python benchmarks/floor.py --dsn postgresql://...``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import asyncpg
+
+QUEUE = "q"
+CHANNEL = "floor_wake"
+CLIENTS = 16
+PREFILL_BATCH = 1_000
+
+Connect = Callable[[], Awaitable[asyncpg.Connection]]
+
+_RESET = "CREATE SCHEMA IF NOT EXISTS floor; DROP TABLE IF EXISTS floor.jobs"
+_JOBS = """
+CREATE TABLE floor.jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue text NOT NULL,
+    payload jsonb NOT NULL,
+    run_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX jobs_queue_run_at_id ON floor.jobs (queue, run_at, id)
+"""
+_JOBS_WITH_STATE = """
+CREATE TABLE floor.jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue text NOT NULL,
+    payload jsonb NOT NULL,
+    run_at timestamptz NOT NULL DEFAULT now(),
+    state text NOT NULL DEFAULT 'available'
+);
+CREATE INDEX jobs_available ON floor.jobs (queue, run_at, id) WHERE state = 'available'
+"""
+_INSERT_UNNEST = (
+    "INSERT INTO floor.jobs (queue, payload) SELECT * FROM unnest($1::text[], $2::jsonb[])"
+)
+_INSERT_ONE = "INSERT INTO floor.jobs (queue, payload) VALUES ($1, $2)"
+_NOTIFY = "SELECT pg_notify($1, $2)"
+_DRAIN_DELETE = """
+DELETE FROM floor.jobs WHERE id IN (
+    SELECT id FROM floor.jobs WHERE queue = $1
+    ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+) RETURNING id
+"""
+# 'available' stays a literal: as a parameter, a generic plan could not use the partial index.
+_DRAIN_UPDATE = """
+UPDATE floor.jobs SET state = 'done' WHERE id IN (
+    SELECT id FROM floor.jobs WHERE queue = $1 AND state = 'available'
+    ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+) RETURNING id
+"""
+_CLAIM_ONE = """
+DELETE FROM floor.jobs WHERE id = (
+    SELECT id FROM floor.jobs WHERE queue = $1
+    ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+) RETURNING id
+"""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured number."""
+
+    name: str
+    value: float
+    unit: str
+    detail: str = ""
+
+
+def _payloads(n: int) -> list[str]:
+    """n small JSON documents as text."""
+    return [f'{{"i": {i}}}' for i in range(n)]
+
+
+def _chunks(n: int, batch: int) -> list[list[str]]:
+    """n payloads split into lists of at most batch."""
+    payloads = _payloads(n)
+    return [payloads[lo : lo + batch] for lo in range(0, n, batch)]
+
+
+@contextlib.asynccontextmanager
+async def _jobs_table(pool: asyncpg.Pool, ddl: str = _JOBS) -> AsyncIterator[None]:
+    """Recreate floor.jobs from ddl for the duration of the block, then drop it."""
+    await pool.execute(_RESET)
+    await pool.execute(ddl)
+    try:
+        yield
+    finally:
+        await pool.execute("DROP TABLE floor.jobs")
+
+
+async def _insert_unnest(conn: asyncpg.pool.PoolConnectionProxy, chunks: list[list[str]]) -> None:
+    """Insert each chunk of payloads with one unnest INSERT."""
+    for chunk in chunks:
+        await conn.execute(_INSERT_UNNEST, [QUEUE] * len(chunk), chunk)
+
+
+async def insert_unnest(pool: asyncpg.Pool, n: int = 10_000, batch: int = 1_000) -> Figure:
+    """Batched INSERT ... SELECT FROM unnest, one commit per batch; rows/s."""
+    chunks = _chunks(n, batch)
+    async with _jobs_table(pool), pool.acquire() as conn:
+        start = time.perf_counter()
+        await _insert_unnest(conn, chunks)
+        elapsed = time.perf_counter() - start
+    return Figure("insert_unnest", n / elapsed, "rows/s", f"n={n} batch={batch}")
+
+
+async def insert_copy(pool: asyncpg.Pool, n: int = 10_000, batch: int = 1_000) -> Figure:
+    """Batched binary COPY via copy_records_to_table; rows/s."""
+    batches = [[(QUEUE, payload) for payload in chunk] for chunk in _chunks(n, batch)]
+    async with _jobs_table(pool), pool.acquire() as conn:
+        start = time.perf_counter()
+        for records in batches:
+            await conn.copy_records_to_table(
+                "jobs", schema_name="floor", columns=("queue", "payload"), records=records
+            )
+        elapsed = time.perf_counter() - start
+    return Figure("insert_copy", n / elapsed, "rows/s", f"n={n} batch={batch}")
+
+
+async def insert_single(pool: asyncpg.Pool, n: int = 2_000) -> Figure:
+    """Sequential one-row INSERTs, each acquiring, committing and releasing; calls/s."""
+    payloads = _payloads(n)
+    async with _jobs_table(pool):
+        start = time.perf_counter()
+        for payload in payloads:
+            async with pool.acquire() as conn:
+                await conn.execute(_INSERT_ONE, QUEUE, payload)
+        elapsed = time.perf_counter() - start
+    return Figure("insert_single", n / elapsed, "calls/s", f"n={n} sequential")
+
+
+async def _drain(
+    pool: asyncpg.Pool, name: str, ddl: str, claim: str, n: int, clients: int, batch: int
+) -> Figure:
+    """Prefill n jobs, then time clients running claim until it returns no rows; jobs/s."""
+
+    async def client() -> int:
+        claimed = 0
+        async with pool.acquire() as conn:
+            while rows := await conn.fetch(claim, QUEUE, batch):
+                claimed += len(rows)
+        return claimed
+
+    async with _jobs_table(pool, ddl):
+        async with pool.acquire() as conn:
+            await _insert_unnest(conn, _chunks(n, PREFILL_BATCH))
+            await conn.execute("ANALYZE floor.jobs")
+        start = time.perf_counter()
+        claimed = await asyncio.gather(*(client() for _ in range(clients)))
+        elapsed = time.perf_counter() - start
+    if sum(claimed) != n:
+        raise RuntimeError(f"{name}: claimed {sum(claimed)} jobs, expected {n}")
+    return Figure(name, n / elapsed, "jobs/s", f"n={n} clients={clients} batch={batch}")
+
+
+async def drain_delete(
+    pool: asyncpg.Pool, n: int = 10_000, clients: int = CLIENTS, batch: int = 10
+) -> Figure:
+    """Concurrent SKIP LOCKED claim-and-DELETE of n jobs; jobs/s."""
+    return await _drain(pool, "drain_delete", _JOBS, _DRAIN_DELETE, n, clients, batch)
+
+
+async def drain_update(
+    pool: asyncpg.Pool, n: int = 10_000, clients: int = CLIENTS, batch: int = 10
+) -> Figure:
+    """Concurrent SKIP LOCKED claim-and-UPDATE to 'done' of n jobs, rows kept; jobs/s."""
+    return await _drain(pool, "drain_update", _JOBS_WITH_STATE, _DRAIN_UPDATE, n, clients, batch)
+
+
+async def wake_latency(
+    pool: asyncpg.Pool, connect: Connect, samples: int = 200, warmup: int = 10
+) -> tuple[Figure, Figure]:
+    """Commit-to-claim latency over LISTEN/NOTIFY, strictly sequential; p50 and p99 in ms."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[float] = loop.create_future()
+    latencies: list[float] = []
+
+    async with _jobs_table(pool):
+        listener = await connect()
+
+        async def on_notify(*_: object) -> None:
+            """Claim the notified job on the listener connection; resolve waiter with the time."""
+            try:
+                row = await listener.fetchrow(_CLAIM_ONE, QUEUE)
+                if row is None:
+                    raise RuntimeError("notified, but no job to claim")
+            except Exception as exc:
+                waiter.set_exception(exc)
+            else:
+                waiter.set_result(time.perf_counter())
+
+        try:
+            await listener.add_listener(CHANNEL, on_notify)
+            async with pool.acquire() as producer:
+                for i in range(warmup + samples):
+                    waiter = loop.create_future()
+                    async with producer.transaction():
+                        await producer.execute(_INSERT_ONE, QUEUE, f'{{"i": {i}}}')
+                        await producer.execute(_NOTIFY, CHANNEL, QUEUE)
+                        committing = time.perf_counter()  # COMMIT runs as the block exits
+                    async with asyncio.timeout(10):
+                        claimed = await waiter
+                    if i >= warmup:
+                        latencies.append((claimed - committing) * 1_000)
+        finally:
+            await listener.close()
+
+    detail = f"samples={samples} warmup={warmup}"
+    p99 = statistics.quantiles(latencies, n=100)[98]
+    return (
+        Figure("wake_p50", statistics.median(latencies), "ms", detail),
+        Figure("wake_p99", p99, "ms", detail),
+    )
+
+
+async def run_all(pool: asyncpg.Pool, connect: Connect) -> list[Figure]:
+    """Run every floor in order with default sizes."""
+    figures = [
+        await insert_unnest(pool),
+        await insert_copy(pool),
+        await insert_single(pool),
+        await drain_delete(pool),
+        await drain_update(pool),
+    ]
+    figures.extend(await wake_latency(pool, connect))
+    return figures
+
+
+async def _main(dsn: str) -> None:
+    async def connect() -> asyncpg.Connection:
+        return await asyncpg.connect(dsn)
+
+    async with asyncpg.create_pool(dsn, min_size=CLIENTS, max_size=CLIENTS) as pool:
+        figures = await run_all(pool, connect)
+    for figure in figures:
+        print(f"{figure.name:<14} {figure.value:>12,.2f}  {figure.unit:<8} {figure.detail}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Raw asyncpg floor benchmarks.")
+    parser.add_argument("--dsn", required=True, help="scratch database to create schema floor in")
+    asyncio.run(_main(parser.parse_args().dsn))

@@ -1,0 +1,148 @@
+"""Cyclone: durable jobs and DAG workflows in your application's own PostgreSQL.
+
+Everything public is re-exported here; the modules behind it are private.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from cyclone._client import Client
+from cyclone._context import Context, Snooze
+from cyclone._errors import (
+    ContextError,
+    CycloneError,
+    DuplicateError,
+    InvalidInputError,
+    InvalidKeyError,
+    InvalidStateError,
+    NoOutputError,
+    NotInTransactionError,
+    PayloadTooLargeError,
+    RunCancelledError,
+    RunFailedError,
+    RunNotFoundError,
+    SubmitConflictError,
+    UnknownKindError,
+)
+from cyclone._kinds import Kind, Step, action, register_kind, step
+from cyclone._run import NodeInfo, ResultRun, Run, RunInfo, RunPage, RunQuery, RunState
+from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups
+from cyclone._worker import Worker, exponential_backoff
+from cyclone._workflow import Node, ResultWorkflow, Workflow, define, define_result
+
+__all__ = [
+    "Client",
+    "Context",
+    "ContextError",
+    "CycloneError",
+    "DuplicateError",
+    "InvalidInputError",
+    "InvalidKeyError",
+    "InvalidStateError",
+    "Kind",
+    "NoOutputError",
+    "Node",
+    "NodeInfo",
+    "NotInTransactionError",
+    "PayloadTooLargeError",
+    "ResultRun",
+    "ResultWorkflow",
+    "Run",
+    "RunCancelledError",
+    "RunFailedError",
+    "RunInfo",
+    "RunNotFoundError",
+    "RunPage",
+    "RunQuery",
+    "RunState",
+    "Snooze",
+    "Step",
+    "SubmitConflictError",
+    "TrackedConnection",
+    "TrackedTransaction",
+    "Tx",
+    "UnknownKindError",
+    "Wakeups",
+    "Worker",
+    "Workflow",
+    "action",
+    "define",
+    "define_result",
+    "enqueue",
+    "enqueue_completion",
+    "enqueue_many",
+    "enqueue_many_tx",
+    "enqueue_tx",
+    "exponential_backoff",
+    "register_kind",
+    "step",
+    "submit_completion",
+    "submit_tx",
+    "track_wakeups",
+]
+
+
+async def enqueue(client: Client, kind: Kind[Any, Any], input: Any, **options: Any) -> Run:
+    """Enqueue one job of ``kind``; the same as ``kind.enqueue(client, input, ...)``."""
+    return await kind.enqueue(client, input, **options)
+
+
+async def enqueue_tx(
+    client: Client, tx: Tx, kind: Kind[Any, Any], input: Any, **options: Any
+) -> Run:
+    """Enqueue one job in the caller's transaction; the same as ``kind.enqueue_tx``."""
+    return await kind.enqueue_tx(client, tx, input, **options)
+
+
+async def enqueue_many(
+    client: Client, kind: Kind[Any, Any], inputs: Any, **options: Any
+) -> list[Run]:
+    """Enqueue many jobs in one round trip; the same as ``kind.enqueue_many``."""
+    return await kind.enqueue_many(client, inputs, **options)
+
+
+async def enqueue_many_tx(
+    client: Client, tx: Tx, kind: Kind[Any, Any], inputs: Any, **options: Any
+) -> list[Run]:
+    """Enqueue many jobs in the caller's transaction; the same as ``kind.enqueue_many_tx``."""
+    return await kind.enqueue_many_tx(client, tx, inputs, **options)
+
+
+async def submit_tx(
+    client: Client, tx: Tx, workflow: Workflow[Any], input: Any, **options: Any
+) -> Run:
+    """Submit a workflow run in the caller's transaction; the same as ``workflow.submit_tx``."""
+    return await workflow.submit_tx(client, tx, input, **options)
+
+
+async def enqueue_completion(
+    ctx: Context, client: Client, kind: Kind[Any, Any], input: Any, **options: Any
+) -> Run:
+    """Enqueue a job in the handler's completion transaction.
+
+    The job exists only if this step's completion commits. ``client`` may be a producer-only
+    client that declares ``kind`` with ``register_kind``; the row goes to the worker's database.
+    """
+    tx = await ctx._completion_tracked()
+    return await kind.enqueue_tx(client, tx, input, **options)
+
+
+async def submit_completion(
+    ctx: Context, client: Client, workflow: Workflow[Any], input: Any, **options: Any
+) -> Run:
+    """Submit a workflow run in the handler's completion transaction."""
+    tx = await ctx._completion_tracked()
+    return await workflow.submit_tx(client, tx, input, **options)
+
+
+def _own_module() -> None:
+    # Public classes and functions report `cyclone.X`, not the private module they live in.
+    for name in __all__:
+        obj = globals()[name]
+        if isinstance(obj, type) or inspect.isfunction(obj):
+            obj.__module__ = __name__
+
+
+_own_module()

@@ -1,0 +1,329 @@
+"""The client: Cyclone's handle on the application's asyncpg pool and schema."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from types import TracebackType
+from typing import Any
+
+import asyncpg
+
+from cyclone import _codec, _transitions
+from cyclone import _queries as db
+from cyclone._errors import (
+    InvalidInputError,
+    InvalidStateError,
+    NoOutputError,
+    RunCancelledError,
+    RunFailedError,
+    RunNotFoundError,
+)
+from cyclone._notifier import Notifier
+from cyclone._options import seconds, validate_int
+from cyclone._run import NodeInfo, RunInfo, RunPage, RunQuery, RunState
+from cyclone._sql import Queries
+from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
+
+logger = logging.getLogger("cyclone")
+
+DEFAULT_PAYLOAD_LIMIT = 1 << 20
+_WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notifications do
+_PURGE_BATCH = 1000
+
+
+class Client:
+    """Cyclone's entry point: one per application, sharing the application's asyncpg pool.
+
+    ``notify`` turns LISTEN on or off for this process (workers and ``run.wait``); it does not
+    affect ``publish_wakeups``. ``notify_coalesce`` (seconds) gathers wakeups published within
+    that window into one NOTIFY per queue. ``payload_limit`` and ``output_limit`` cap encoded
+    inputs and outputs in bytes.
+    """
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        schema: str = "public",
+        notify: bool = True,
+        notify_coalesce: float = 0.0,
+        retention: Any = None,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        output_limit: int = DEFAULT_PAYLOAD_LIMIT,
+    ) -> None:
+        if not isinstance(pool, asyncpg.Pool):
+            raise InvalidInputError(f"Client needs an asyncpg.Pool, got {type(pool).__name__}")
+        self.pool = pool
+        self.queries = Queries(schema)
+        self.schema = schema
+        self.channel = f"cyclone_{schema}"
+        if len(self.channel) > 63:
+            raise InvalidInputError(f"schema name {schema!r} is too long for a channel name")
+        self.notify = bool(notify)
+        self.notify_coalesce = seconds(notify_coalesce, what="notify_coalesce")
+        self.retention = retention
+        self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
+        self.output_limit = validate_int(output_limit, what="output_limit", low=1)
+        self._notifier = Notifier(pool, self.channel)
+        self._pending: set[str] = set()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<cyclone.Client schema={self.schema!r}>"
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Flush coalesced wakeups. Call it before closing the pool."""
+        self._closed = True
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+            self._flush_task = None
+        await self._flush()
+
+    def _acquire(self) -> Any:
+        if self.pool.is_closing():
+            raise InvalidStateError("the client's asyncpg pool is closed")
+        return self.pool.acquire()
+
+    async def migrate(self) -> list[int]:
+        """Create or update Cyclone's tables; safe to call from many processes at once.
+
+        Returns the migration versions this call applied (empty when up to date).
+        """
+        async with self._acquire() as conn, conn.transaction():
+            applied = await db.migrations_apply(conn, self.queries)
+        if applied:
+            logger.info("cyclone: applied migrations %s", applied, extra={"schema": self.schema})
+        return applied
+
+    # Wakeups
+
+    @contextlib.asynccontextmanager
+    async def transaction(
+        self, conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
+    ) -> AsyncIterator[TrackedConnection]:
+        """Run a tracked transaction on ``conn``; its wakeups are published after commit."""
+        ttx, wakeups = track_wakeups(conn)
+        async with ttx.transaction():
+            yield ttx
+        await self.publish_wakeups(wakeups)
+
+    async def publish_wakeups(self, wakeups: Wakeups) -> None:
+        """Send one NOTIFY per distinct queue in ``wakeups`` and clear it.
+
+        Call it after the commit. It never raises: a failed publish is logged, and polling
+        picks the work up within one poll interval.
+        """
+        queues = wakeups.take()
+        if queues:
+            from cyclone._notifier import queue_payload
+
+            await self._publish([queue_payload(q) for q in queues])
+
+    async def _publish(self, payloads: Iterable[str]) -> None:
+        self._pending.update(payloads)
+        if self.notify_coalesce <= 0 or self._closed:
+            await self._flush()
+        elif self._flush_task is None:
+            self._flush_task = asyncio.get_running_loop().create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self.notify_coalesce)
+        self._flush_task = None
+        await self._flush()
+
+    async def _flush(self) -> None:
+        payloads, self._pending = sorted(self._pending), set()
+        if not payloads:
+            return
+        try:
+            async with self._acquire() as conn:
+                await db.wakeup_notify(conn, self.queries, self.channel, payloads)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, InvalidStateError) as exc:
+            logger.warning(
+                "cyclone: publishing %d wakeups failed (%s); polling will pick the work up",
+                len(payloads),
+                exc,
+            )
+
+    # Runs
+
+    async def get_run(self, run_id: uuid.UUID) -> Any:
+        """A handle on an existing run; :class:`RunNotFoundError` if it is not visible."""
+        from cyclone._run import Run
+
+        await self._run_status(run_id)
+        return Run(self, run_id)
+
+    async def list_runs(self, query: RunQuery | None = None) -> RunPage:
+        """Runs matching ``query``, newest first, one page at a time."""
+        query = query or RunQuery()
+        limit = validate_int(query.limit, what="limit", low=1)
+        states = query.state
+        if isinstance(states, RunState | str):
+            states = [states]
+        cursor = None
+        if query.cursor is not None:
+            try:
+                cursor = uuid.UUID(query.cursor)
+            except ValueError:
+                raise InvalidInputError(f"not a cursor from list_runs: {query.cursor!r}") from None
+        async with self._acquire() as conn:
+            rows = await db.run_list(
+                conn,
+                self.queries,
+                None,
+                query.name,
+                query.key,
+                query.created_after,
+                query.created_before,
+                cursor,
+                None if states is None else [RunState(s).value for s in states],
+                limit + 1,
+            )
+        runs = [_run_info(r) for r in rows[:limit]]
+        next_cursor = str(runs[-1].id) if len(rows) > limit else None
+        return RunPage(runs=runs, next_cursor=next_cursor)
+
+    async def purge_terminal_runs(
+        self,
+        older_than: dt.timedelta | float,
+        *,
+        states: Iterable[RunState] = (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED),
+    ) -> int:
+        """Delete runs that ended more than ``older_than`` ago; return how many.
+
+        Deletes in batches, each its own short transaction. A purged run's submit key is free.
+        """
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(
+            seconds=seconds(older_than, what="older_than")
+        )
+        wanted = [RunState(s).value for s in states]
+        total = 0
+        while True:
+            async with self._acquire() as conn:
+                count = await db.run_purge(conn, self.queries, cutoff, wanted, _PURGE_BATCH)
+            total += count
+            if count < _PURGE_BATCH:
+                return total
+
+    async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
+        """Complete wait node ``node`` of a run with ``payload`` as its output.
+
+        A signal for a node not yet reachable is kept and applied when it is reached.
+        """
+        encoded = _codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
+        async with self._acquire() as conn, conn.transaction():
+            effects = await _transitions.signal(conn, self.queries, run_id, node, encoded)
+        await self._publish(effects.payloads())
+
+    async def _run_status(self, run_id: uuid.UUID) -> RunState:
+        async with self._acquire() as conn:
+            state = await db.run_status(conn, self.queries, run_id)
+        if state is None:
+            raise RunNotFoundError(run_id)
+        return RunState(state)
+
+    async def _run_wait(self, run_id: uuid.UUID, timeout: float | None) -> RunState:
+        async with asyncio.timeout(timeout):
+            if not self.notify:
+                return await self._poll_until_ended(run_id, None)
+            self._notifier.acquire()
+            event = self._notifier.watch_run(run_id)
+            try:
+                return await self._poll_until_ended(run_id, event)
+            finally:
+                self._notifier.unwatch_run(run_id, event)
+                await asyncio.shield(self._notifier.release())
+
+    async def _poll_until_ended(self, run_id: uuid.UUID, event: asyncio.Event | None) -> RunState:
+        delay = 0.05
+        while True:
+            state = await self._run_status(run_id)
+            if state.terminal:
+                return state
+            if event is None:
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), delay)
+                event.clear()
+            delay = min(delay * 2, _WAIT_POLL_MAX)
+
+    async def _run_info(self, run_id: uuid.UUID) -> RunInfo:
+        async with self._acquire() as conn:
+            rows = await db.run_list(
+                conn, self.queries, run_id, None, None, None, None, None, None, 1
+            )
+            if not rows:
+                raise RunNotFoundError(run_id)
+            nodes = await db.run_nodes(conn, self.queries, run_id)
+        info = _run_info(rows[0])
+        info.nodes.extend(
+            NodeInfo(
+                name=n["node"],
+                kind=n["kind"],
+                state=n["state"],
+                attempts=n["attempts"],
+                errors=_codec.decode(n["errors"], list[dict[str, Any]]),
+            )
+            for n in nodes
+        )
+        return info
+
+    async def _run_cancel(self, run_id: uuid.UUID) -> bool:
+        async with self._acquire() as conn, conn.transaction():
+            cancelled, effects = await _transitions.cancel(conn, self.queries, run_id)
+        await self._publish(effects.payloads())
+        return cancelled
+
+    async def _run_retry(self, run_id: uuid.UUID, node: str | None) -> None:
+        async with self._acquire() as conn, conn.transaction():
+            row = await db.run_result(conn, self.queries, run_id)
+            if row is None:
+                raise RunNotFoundError(run_id)
+            effects = await _transitions.retry(conn, self.queries, run_id, node, job=row["job"])
+        await self._publish(effects.payloads())
+
+    async def _run_result(self, run_id: uuid.UUID, output_type: Any, timeout: float | None) -> Any:
+        await self._run_wait(run_id, timeout)
+        async with self._acquire() as conn:
+            row = await db.run_result(conn, self.queries, run_id)
+        if row is None:
+            raise RunNotFoundError(run_id)
+        if row["state"] == "failed":
+            raise RunFailedError(run_id, _codec.decode(row["error"], Any) if row["error"] else None)
+        if row["state"] == "cancelled":
+            raise RunCancelledError(run_id)
+        if not row["job"] and row["result_node"] is None:
+            raise NoOutputError(run_id)
+        return _codec.decode(row["output"], output_type)
+
+
+def _run_info(row: db.Record) -> RunInfo:
+    return RunInfo(
+        id=row["id"],
+        name=row["name"],
+        key=row["key"],
+        state=RunState(row["state"]),
+        created_at=row["created_at"],
+        finished_at=row["finished_at"],
+        error=_codec.decode(row["error"], dict[str, Any]) if row["error"] else None,
+        job=row["job"],
+    )

@@ -1,0 +1,61 @@
+"""Payload encoding and decoding with msgspec, cached per type.
+
+Inputs and outputs are stored as ``jsonb``. They travel to PostgreSQL as JSON text cast to
+``jsonb`` in SQL, so a caller's connection with its own type codecs never changes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from typing import Any
+
+import msgspec
+
+from cyclone._errors import InvalidInputError, PayloadTooLargeError
+
+_encoder = msgspec.json.Encoder()
+
+# jsonb cannot store the NUL character; an escaped backslash before "u0000" is not one.
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+
+@functools.cache
+def _decoder(tp: Any) -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(tp)
+
+
+def _is_instance_type(tp: Any) -> bool:
+    return isinstance(tp, type) and (issubclass(tp, msgspec.Struct) or dataclasses.is_dataclass(tp))
+
+
+def encode(value: object, tp: Any, *, what: str, limit: int) -> str:
+    """Encode ``value`` (declared as ``tp``) to JSON text, checking type, NUL and size."""
+    if _is_instance_type(tp):
+        if not isinstance(value, tp):
+            raise InvalidInputError(f"{what} must be a {tp.__name__}, not {type(value).__name__}")
+    elif tp is not Any and tp is not object:
+        try:
+            msgspec.convert(value, tp, strict=True)
+        except msgspec.ValidationError as exc:
+            raise InvalidInputError(f"{what} does not match {tp!r}: {exc}") from exc
+    try:
+        data = _encoder.encode(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidInputError(f"{what} cannot be encoded as JSON: {exc}") from exc
+    if _NUL_ESCAPE.search(data):
+        raise InvalidInputError(f"{what} contains a NUL character, which jsonb cannot store")
+    if len(data) > limit:
+        raise PayloadTooLargeError(what, len(data), limit)
+    return data.decode("utf-8")
+
+
+def decode(text: str | bytes, tp: Any) -> Any:
+    """Decode stored JSON text as ``tp``; msgspec validates while it decodes."""
+    return _decoder(tp).decode(text)
+
+
+def encode_plain(value: object) -> str:
+    """Encode an internal value (errors, graphs) to JSON text."""
+    return _encoder.encode(value).decode("utf-8")

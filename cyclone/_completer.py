@@ -1,0 +1,242 @@
+"""Writes the outcome of each attempt: batched completions, retries, failures.
+
+Every write is fenced by the attempt's claim token: a completion from an attempt whose task
+was reclaimed or cancelled matches no row and is rejected. Plain completions (no completion
+transaction) are gathered into batches, each one transaction of a few statements however
+many completions it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import traceback
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from cyclone import _codec, _transitions
+from cyclone import _queries as db
+from cyclone._context import CompletionTx
+from cyclone._notifier import queue_payload
+from cyclone._sql import Queries
+from cyclone._transitions import Effects
+
+logger = logging.getLogger("cyclone")
+
+_TRACEBACK_LIMIT = 8000
+_WRITE_TRIES = 5
+# A lost connection or a deadlock leaves nothing written: the batch can be sent again.
+_RETRYABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.DeadlockDetectedError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A task this worker claimed: one attempt of a job or workflow node."""
+
+    id: int
+    run_id: uuid.UUID
+    node: str | None
+    kind: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    claims: int
+    run_name: str
+    input: str
+    deps: str | None
+
+    def log_fields(self) -> dict[str, Any]:
+        """Structured fields for log records."""
+        return {
+            "run_id": str(self.run_id),
+            "step": self.kind,
+            "node": self.node,
+            "attempt": self.attempt,
+            "queue": self.queue,
+        }
+
+
+def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = None) -> str:
+    """The JSON kept for a failed attempt: type, message, traceback, time."""
+    tb = "".join(traceback.format_exception(exc))
+    return _codec.encode_plain(
+        {
+            "attempt": claimed.attempt,
+            "type": kind or type(exc).__qualname__,
+            "message": str(exc),
+            "traceback": tb[-_TRACEBACK_LIMIT:],
+            "at": dt.datetime.now(dt.UTC).isoformat(),
+        }
+    )
+
+
+@dataclass(slots=True)
+class _Pending:
+    claimed: Claimed
+    output: str
+    done: asyncio.Future[bool]
+
+
+class Completer:
+    """Writes attempt outcomes for one worker and announces what they changed."""
+
+    def __init__(
+        self,
+        pool: Any,
+        queries: Queries,
+        publish: Callable[[list[str]], Awaitable[None]],
+        *,
+        batch_size: int = 200,
+    ) -> None:
+        self._pool = pool
+        self._q = queries
+        self._publish = publish
+        self._batch_size = batch_size
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the batching loop."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="cyclone-completer")
+
+    async def stop(self) -> None:
+        """Write what is queued, then stop."""
+        if self._task is None:
+            return
+        await self._queue.join()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def complete(self, claimed: Claimed, output: str) -> bool:
+        """Queue a completion for the next batch; whether it was accepted (still owned)."""
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Pending(claimed, output, done))
+        return await asyncio.shield(done)
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self._batch_size and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                accepted = await self._write_batch(batch)
+                for item in batch:
+                    if not item.done.done():
+                        item.done.set_result(item.claimed.id in accepted)
+            except Exception as exc:  # supervised loop: report to each waiter, keep going
+                for item in batch:
+                    if not item.done.done():
+                        item.done.set_exception(exc)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
+    async def _write_batch(self, batch: list[_Pending]) -> set[int]:
+        for attempt in range(1, _WRITE_TRIES + 1):
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    accepted, effects = await self._write(conn, batch)
+                await self._publish(effects.payloads())
+                return accepted
+            except _RETRYABLE as exc:
+                if attempt == _WRITE_TRIES:
+                    raise
+                logger.warning(
+                    "cyclone: writing %d completions failed (%s); retrying", len(batch), exc
+                )
+                await asyncio.sleep(0.1 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def _write(self, conn: db.Conn, batch: list[_Pending]) -> tuple[set[int], Effects]:
+        jobs = [p for p in batch if p.claimed.node is None]
+        nodes = [p for p in batch if p.claimed.node is not None]
+        await db.run_lock_many(conn, self._q, [p.claimed.run_id for p in batch])
+        accepted: set[int] = set()
+        effects = Effects()
+        if jobs:
+            rows = await db.job_complete_many(
+                conn,
+                self._q,
+                [p.claimed.id for p in jobs],
+                [p.claimed.claims for p in jobs],
+                [p.output for p in jobs],
+            )
+            accepted.update(r["id"] for r in rows)
+            effects.ended.update(r["run_id"] for r in rows)
+        if nodes:
+            rows = await db.node_finish_many(
+                conn,
+                self._q,
+                [p.claimed.id for p in nodes],
+                [p.claimed.claims for p in nodes],
+                [p.output for p in nodes],
+            )
+            accepted.update(r["id"] for r in rows)
+            effects.merge(
+                await _transitions.advance(
+                    conn, self._q, [r["run_id"] for r in rows], [r["node"] for r in rows]
+                )
+            )
+        return accepted, effects
+
+    async def complete_in(self, completion: CompletionTx, claimed: Claimed, output: str) -> bool:
+        """Complete inside the handler's completion transaction and commit it all together.
+
+        A rejected completion (the attempt lost its task) rolls everything back, business
+        writes included.
+        """
+        conn = completion.connection
+        try:
+            accepted, effects = await self._write(
+                conn, [_Pending(claimed, output, asyncio.get_running_loop().create_future())]
+            )
+        except BaseException:
+            await completion.rollback()
+            raise
+        if not accepted:
+            await completion.rollback()
+            return False
+        await completion.commit()
+        queues = [queue_payload(q) for q in completion.wakeups.take()]
+        await self._publish(effects.payloads() + queues)
+        return True
+
+    async def retry(
+        self, claimed: Claimed, *, delay: float, error: str | None, refund: bool
+    ) -> bool:
+        """Make the task available again after ``delay``; whether the attempt still owned it."""
+        async with self._pool.acquire() as conn:
+            rows = await db.task_retry_many(
+                conn, self._q, [claimed.id], [claimed.claims], [delay], [error], [refund]
+            )
+        if rows and delay <= 0:
+            await self._publish([queue_payload(claimed.queue)])
+        return bool(rows)
+
+    async def fail(self, claimed: Claimed, error: str) -> bool:
+        """Fail the attempt for good: the job or node fails, and the run with it."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            owned, effects = await _transitions.fail_node_or_job(
+                conn,
+                self._q,
+                task_id=claimed.id,
+                claims=claimed.claims,
+                run_id=claimed.run_id,
+                node=claimed.node,
+                error=error,
+            )
+        await self._publish(effects.payloads())
+        return owned

@@ -1,0 +1,167 @@
+"""The handler's context: who it is, its dependencies' outputs, its completion transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import msgspec
+
+from cyclone import _codec
+from cyclone._errors import ContextError, UnknownKindError
+from cyclone._wakeups import TrackedConnection, Wakeups
+
+if TYPE_CHECKING:
+    from cyclone._client import Client
+
+
+class Snooze(Exception):
+    """Raise from a handler to run it again after ``delay`` seconds without spending an attempt."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__(f"snoozed for {delay} s")
+        self.delay = float(delay)
+
+
+class CompletionTx:
+    """The completion transaction of one attempt: opened on first use, written by the worker.
+
+    It belongs to the handler's task: using it from another task, or after the handler
+    returned, raises :class:`ContextError`. The worker commits it together with the step's
+    completion, or rolls it back with everything in it.
+    """
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._conn: asyncpg.pool.PoolConnectionProxy | None = None
+        self._tx: Any = None
+        self.wakeups = Wakeups()
+        self.tracked: TrackedConnection | None = None
+
+    @property
+    def opened(self) -> bool:
+        """Whether the handler opened it."""
+        return self._conn is not None
+
+    async def open(self) -> TrackedConnection:
+        """Acquire a pooled connection and begin the transaction (once)."""
+        if self.tracked is None:
+            conn = await self._pool.acquire()
+            try:
+                tx = conn.transaction()
+                await tx.start()
+            except BaseException:
+                await self._pool.release(conn)
+                raise
+            self._conn, self._tx = conn, tx
+            self.tracked = TrackedConnection(conn, self.wakeups)
+        return self.tracked
+
+    @property
+    def connection(self) -> asyncpg.pool.PoolConnectionProxy:
+        """The open connection (only after :meth:`open`)."""
+        assert self._conn is not None
+        return self._conn
+
+    async def commit(self) -> None:
+        """Commit and give the connection back."""
+        try:
+            await self._tx.commit()
+        finally:
+            await self._close()
+
+    async def rollback(self) -> None:
+        """Roll back (if open) and give the connection back."""
+        if self._conn is None:
+            return
+        try:
+            if not self._conn.is_closed():
+                await self._tx.rollback()
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await asyncio.shield(self._pool.release(conn))
+
+
+class Context:
+    """What a handler knows about its attempt, passed as its first argument.
+
+    ``run_id``, ``node`` (None for a standalone job), ``kind``, ``attempt`` (1 for the first),
+    ``max_attempts``, ``queue`` and ``client`` (the worker's client).
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Client,
+        run_id: uuid.UUID,
+        node: str | None,
+        kind: str,
+        attempt: int,
+        max_attempts: int,
+        queue: str,
+        outputs: dict[str, Any] | None = None,
+        output_types: dict[str, Any] | None = None,
+        completion: CompletionTx | Any = None,
+    ) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.node = node
+        self.kind = kind
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.queue = queue
+        self._outputs = outputs or {}
+        self._output_types = output_types or {}
+        self._completion = completion
+        self._task: asyncio.Task[Any] | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<cyclone.Context run={self.run_id} node={self.node!r} attempt={self.attempt}>"
+
+    def _bind(self) -> None:
+        self._task = asyncio.current_task()
+
+    def _close(self) -> None:
+        self._closed = True
+
+    def _check(self, what: str) -> None:
+        if self._closed:
+            raise ContextError(f"{what} after the handler returned")
+        if self._task is not None and asyncio.current_task() is not self._task:
+            raise ContextError(f"{what} from a task other than the handler's own")
+
+    async def completion_tx(self) -> Any:
+        """The completion transaction: an asyncpg connection inside a transaction.
+
+        Business writes on it commit atomically with this step's completion and roll back
+        with it (handler error, snooze, timeout, cancellation, lost lease). Do not commit it.
+        """
+        self._check("completion_tx()")
+        if self._completion is None:
+            raise ContextError("this context has no completion transaction")
+        tracked = await self._completion.open()
+        return tracked.connection if isinstance(tracked, TrackedConnection) else tracked
+
+    async def _completion_tracked(self) -> Any:
+        self._check("a completion enqueue")
+        if self._completion is None:
+            raise ContextError("this context has no completion transaction")
+        return await self._completion.open()
+
+    async def output(self, node: Any) -> Any:
+        """The decoded output of dependency ``node`` (a node handle or its name)."""
+        self._check("output()")
+        name = node if isinstance(node, str) else getattr(node, "name", None)
+        if name not in self._outputs:
+            raise UnknownKindError(f"{name!r} is not a completed dependency of this node")
+        raw = self._outputs[name]
+        if isinstance(raw, msgspec.Raw):  # as claimed from the database: decode as declared
+            return _codec.decode(bytes(raw), self._output_types.get(name, Any))
+        return raw

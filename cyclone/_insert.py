@@ -1,0 +1,146 @@
+"""The one insert path behind every enqueue and submit variant.
+
+``tx is None``: Cyclone takes a pooled connection, writes, commits, and publishes the wakeup.
+``tx`` given: Cyclone writes in the caller's open transaction and never begins, commits or
+rolls it back; a tracked ``tx`` records the wakeup for the caller to publish after commit.
+Everything is checked before the first statement, so bad input writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from cyclone import _codec
+from cyclone import _queries as db
+from cyclone._errors import DuplicateError, InvalidInputError, NotInTransactionError
+from cyclone._notifier import queue_payload
+from cyclone._options import Options, parse
+from cyclone._run import ResultRun, Run
+from cyclone._wakeups import TrackedConnection, Tx, unwrap
+
+if TYPE_CHECKING:
+    from cyclone._client import Client
+    from cyclone._kinds import Kind
+
+ENQUEUE_OPTIONS = frozenset(
+    {
+        "queue",
+        "process_at",
+        "process_in",
+        "unique",
+        "sequence",
+        "priority",
+        "max_attempts",
+        "run_deadline",
+    }
+)
+# A duplicate's holder can end between our insert and our look-up; then we insert again.
+_UNIQUE_TRIES = 3
+
+
+def uuid7() -> uuid.UUID:
+    """A time-ordered UUID (version 7): runs list newest-first by id, and inserts stay local."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76 | ((rand >> 62) & 0xFFF) << 64
+    value |= 0b10 << 62 | (rand & ((1 << 62) - 1))
+    return uuid.UUID(int=value)
+
+
+def check_options(options: Mapping[str, Any], allowed: frozenset[str], *, call: str) -> Options:
+    """Reject unknown option names, then parse the rest."""
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        known = ", ".join(sorted(allowed))
+        raise InvalidInputError(
+            f"unknown option(s) {', '.join(unknown)} for {call}; known: {known}"
+        )
+    return parse(**options)
+
+
+def require_transaction(tx: Tx) -> tuple[db.Conn, TrackedConnection | None]:
+    """The raw connection of ``tx`` and its tracker; it must have an open transaction."""
+    conn, tracker = unwrap(tx)
+    if not conn.is_in_transaction():
+        raise NotInTransactionError(
+            "a *_tx call needs a connection inside a transaction (async with conn.transaction())"
+        )
+    return conn, tracker
+
+
+async def enqueue(
+    client: Client,
+    tx: Tx | None,
+    kind: Kind[Any, Any],
+    inputs: Sequence[Any],
+    options: Mapping[str, Any],
+) -> list[Run]:
+    """Insert standalone jobs of ``kind``; handles in the order of ``inputs``."""
+    opts = check_options(options, ENQUEUE_OPTIONS, call="enqueue")
+    if opts.unique is not None and len(inputs) != 1:
+        raise InvalidInputError("unique= applies to a single enqueue, not to enqueue_many")
+    encoded = [
+        _codec.encode(
+            i, kind.input_type, what=f"input of {kind.name!r}", limit=client.payload_limit
+        )
+        for i in inputs
+    ]
+    if not encoded:
+        return []
+    ids = [uuid7() for _ in encoded]
+    queue = opts.queue or kind.queue
+    if tx is None:
+        async with client._acquire() as conn:
+            if opts.unique is None and opts.sequence is None:
+                await _insert_jobs(client, conn, kind, ids, encoded, opts, queue)
+            else:
+                async with conn.transaction():
+                    await _insert_jobs(client, conn, kind, ids, encoded, opts, queue)
+        if opts.claimable_now():
+            await client._publish([queue_payload(queue)])
+    else:
+        conn, tracker = require_transaction(tx)
+        await _insert_jobs(client, conn, kind, ids, encoded, opts, queue)
+        if tracker is not None and opts.claimable_now():
+            tracker.record(queue)
+    return [ResultRun(client, i, kind.output_type) for i in ids]
+
+
+async def _insert_jobs(
+    client: Client,
+    conn: db.Conn,
+    kind: Kind[Any, Any],
+    ids: list[uuid.UUID],
+    encoded: list[str],
+    opts: Options,
+    queue: str,
+) -> None:
+    q = client.queries
+    if opts.sequence is not None:
+        await db.sequence_lock(conn, q, kind.name, opts.sequence)
+    for _ in range(_UNIQUE_TRIES):
+        inserted = await db.job_insert_many(
+            conn,
+            q,
+            ids=ids,
+            inputs=encoded,
+            kind=kind.name,
+            queue=queue,
+            priority=kind.priority if opts.priority is None else opts.priority,
+            process_at=opts.process_at,
+            max_attempts=kind.max_attempts if opts.max_attempts is None else opts.max_attempts,
+            sequence=opts.sequence,
+            unique=opts.unique,
+            deadline=opts.run_deadline,
+        )
+        if inserted or opts.unique is None:
+            return
+        holder = await db.job_find_unique(conn, q, kind.name, opts.unique)
+        if holder is not None:
+            raise DuplicateError(kind.name, opts.unique, holder)
+    raise RuntimeError(f"unique key {opts.unique!r} of {kind.name!r} kept changing hands")

@@ -1,0 +1,204 @@
+"""Step kinds: what a worker can run and a producer can enqueue.
+
+A :class:`Kind` names a kind of work with its input and output types and its defaults (queue,
+attempts, priority). A :class:`Step` is a kind with a handler. ``register_kind`` declares a
+kind in a process that only enqueues it (the handler lives in another service).
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from cyclone._errors import InvalidInputError
+from cyclone._options import validate_int, validate_queue
+
+if TYPE_CHECKING:
+    import datetime as dt
+
+    from cyclone._client import Client
+    from cyclone._context import Context
+    from cyclone._run import Run
+    from cyclone._wakeups import Tx
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 10
+
+Handler = Callable[["Context", In], Awaitable[Out]]
+
+
+class Kind(Generic[In, Out]):
+    """A named kind of work with typed input and output; enqueue it as a standalone job."""
+
+    def __init__(
+        self,
+        name: str,
+        input_type: Any,
+        output_type: Any,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority: int = 0,
+    ) -> None:
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise InvalidInputError(f"a kind's name must be a non-empty str, got {name!r}")
+        self.name = name
+        self.input_type = input_type
+        self.output_type = type(None) if output_type is None else output_type
+        self.queue = validate_queue(queue)
+        self.max_attempts = validate_int(max_attempts, what="max_attempts", low=1)
+        self.priority = validate_int(priority, what="priority", low=-(2**31 - 1))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} queue={self.queue!r}>"
+
+    async def enqueue(self, client: Client, input: In, **options: Any) -> Run:
+        """Enqueue one job in its own transaction and wake workers after the commit."""
+        from cyclone import _insert
+
+        runs = await _insert.enqueue(client, None, self, [input], options)
+        return runs[0]
+
+    async def enqueue_tx(self, client: Client, tx: Tx, input: In, **options: Any) -> Run:
+        """Enqueue one job in the caller's open transaction ``tx``; never commits it."""
+        from cyclone import _insert
+
+        runs = await _insert.enqueue(client, tx, self, [input], options)
+        return runs[0]
+
+    async def enqueue_many(self, client: Client, inputs: Sequence[In], **options: Any) -> list[Run]:
+        """Enqueue many jobs in one round trip; handles come in the order of ``inputs``."""
+        from cyclone import _insert
+
+        return await _insert.enqueue(client, None, self, list(inputs), options)
+
+    async def enqueue_many_tx(
+        self, client: Client, tx: Tx, inputs: Sequence[In], **options: Any
+    ) -> list[Run]:
+        """``enqueue_many`` in the caller's open transaction ``tx``."""
+        from cyclone import _insert
+
+        return await _insert.enqueue(client, tx, self, list(inputs), options)
+
+
+class Step(Kind[In, Out]):
+    """A kind with its handler: ``async def handler(ctx, input) -> output``.
+
+    Calling the step calls the handler, which is handy in unit tests.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        handler: Handler[In, Out],
+        *,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority: int = 0,
+        timeout: float | dt.timedelta | None = None,
+        output_type: Any = ...,
+    ) -> None:
+        from cyclone._options import seconds
+
+        input_type, declared_output = _signature(name, handler)
+        super().__init__(
+            name,
+            input_type,
+            declared_output if output_type is ... else output_type,
+            queue=queue,
+            max_attempts=max_attempts,
+            priority=priority,
+        )
+        self.handler = handler
+        self.timeout = None if timeout is None else seconds(timeout, what="timeout")
+
+    async def __call__(self, ctx: Context, input: In) -> Out:
+        return await self.handler(ctx, input)
+
+
+def _signature(name: str, handler: Callable[..., Any]) -> tuple[Any, Any]:
+    if not inspect.iscoroutinefunction(handler):
+        raise InvalidInputError(f"the handler of step {name!r} must be an async function")
+    params = list(inspect.signature(handler).parameters.values())
+    if len(params) != 2:
+        raise InvalidInputError(
+            f"the handler of step {name!r} must take (ctx, input), it takes {len(params)}"
+        )
+    hints = typing.get_type_hints(handler)
+    input_name = params[1].name
+    if input_name not in hints:
+        raise InvalidInputError(f"annotate the input parameter of step {name!r} with its type")
+    if "return" not in hints:
+        raise InvalidInputError(f"annotate the return type of step {name!r}")
+    return hints[input_name], hints["return"]
+
+
+def step(
+    name: str,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    priority: int = 0,
+    timeout: float | dt.timedelta | None = None,
+) -> Callable[[Handler[In, Out]], Step[In, Out]]:
+    """Declare a step: a handler with a stable kind name and its defaults.
+
+    The input and output types come from the handler's annotations; msgspec decodes the
+    input into the input type (validating it) before the handler runs.
+    """
+
+    def decorate(handler: Handler[In, Out]) -> Step[In, Out]:
+        return Step(
+            name,
+            handler,
+            queue=queue,
+            max_attempts=max_attempts,
+            priority=priority,
+            timeout=timeout,
+        )
+
+    return decorate
+
+
+def action(
+    name: str,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    priority: int = 0,
+    timeout: float | dt.timedelta | None = None,
+) -> Callable[[Handler[In, None]], Step[In, None]]:
+    """Declare a step that produces no output (its handler returns ``None``)."""
+
+    def decorate(handler: Handler[In, None]) -> Step[In, None]:
+        return Step(
+            name,
+            handler,
+            queue=queue,
+            max_attempts=max_attempts,
+            priority=priority,
+            timeout=timeout,
+            output_type=type(None),
+        )
+
+    return decorate
+
+
+def register_kind(
+    name: str,
+    input_type: type[In],
+    output_type: type[Out] | None,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    priority: int = 0,
+) -> Kind[In, Out]:
+    """Declare a kind without a handler, for a process that only enqueues it."""
+    return Kind(
+        name, input_type, output_type, queue=queue, max_attempts=max_attempts, priority=priority
+    )

@@ -1,0 +1,144 @@
+"""The LISTEN side of wakeups: one dedicated connection per client, outside the pool.
+
+asyncpg's pool resets a connection with ``UNLISTEN *`` when it is released, so a listener
+cannot live on a pooled connection. The notifier opens its own connection with the pool's
+connect arguments, reconnects after a failure, and fans notifications out to subscribers:
+workers (queue wakeups) and run waiters (run ended). Notifications are hints; every
+subscriber also polls, so a lost notification only delays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+logger = logging.getLogger("cyclone")
+
+QUEUE_PREFIX = "q:"
+RUN_PREFIX = "r:"
+
+
+def queue_payload(queue: str) -> str:
+    """The payload that wakes workers of ``queue``."""
+    return QUEUE_PREFIX + queue
+
+
+def run_payload(run_id: uuid.UUID) -> str:
+    """The payload that wakes waiters of a run that ended."""
+    return RUN_PREFIX + str(run_id)
+
+
+async def connect_like(pool: asyncpg.Pool) -> asyncpg.Connection:
+    """A new connection outside ``pool`` with the pool's own connect arguments."""
+    # asyncpg keeps these private; they are what the pool itself connects with.
+    args: Any = pool._connect_args  # type: ignore[attr-defined]
+    kwargs: Any = pool._connect_kwargs  # type: ignore[attr-defined]
+    conn: asyncpg.Connection = await asyncpg.connect(*args, **kwargs)
+    return conn
+
+
+class Notifier:
+    """Listens on the client's channel and dispatches queue and run notifications."""
+
+    def __init__(self, pool: asyncpg.Pool, channel: str, *, retry_delay: float = 1.0) -> None:
+        self._pool = pool
+        self._channel = channel
+        self._retry_delay = retry_delay
+        self._queue_subscribers: list[Callable[[str], None]] = []
+        self._run_waiters: dict[uuid.UUID, set[asyncio.Event]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+        self._users = 0
+
+    @property
+    def connected(self) -> asyncio.Event:
+        """Set while the LISTEN connection is up."""
+        return self._connected
+
+    def subscribe_queues(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(queue)`` on each queue wakeup; returns an unsubscribe function."""
+        self._queue_subscribers.append(callback)
+        return lambda: self._queue_subscribers.remove(callback)
+
+    def watch_run(self, run_id: uuid.UUID) -> asyncio.Event:
+        """An event set when a run-ended notification for ``run_id`` arrives."""
+        event = asyncio.Event()
+        self._run_waiters.setdefault(run_id, set()).add(event)
+        return event
+
+    def unwatch_run(self, run_id: uuid.UUID, event: asyncio.Event) -> None:
+        """Stop watching (always pair with :meth:`watch_run`)."""
+        waiters = self._run_waiters.get(run_id)
+        if waiters is not None:
+            waiters.discard(event)
+            if not waiters:
+                del self._run_waiters[run_id]
+
+    def acquire(self) -> None:
+        """Start listening if nobody else has; pair with :meth:`release`."""
+        self._users += 1
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="cyclone-notifier"
+            )
+
+    async def release(self) -> None:
+        """Stop listening when the last user releases."""
+        self._users -= 1
+        if self._users == 0 and self._task is not None:
+            task, self._task = self._task, None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _dispatch(self, payload: str) -> None:
+        if payload.startswith(QUEUE_PREFIX):
+            queue = payload[len(QUEUE_PREFIX) :]
+            for callback in list(self._queue_subscribers):
+                callback(queue)
+        elif payload.startswith(RUN_PREFIX):
+            try:
+                run_id = uuid.UUID(payload[len(RUN_PREFIX) :])
+            except ValueError:
+                return
+            for event in self._run_waiters.get(run_id, ()):
+                event.set()
+
+    def _wake_everyone(self) -> None:
+        # After a reconnect, notifications sent while we were away are lost: poll now.
+        for callback in list(self._queue_subscribers):
+            callback("")
+        for events in self._run_waiters.values():
+            for event in events:
+                event.set()
+
+    async def _run(self) -> None:
+        def on_notify(conn: Any, pid: int, channel: str, payload: object) -> None:
+            self._dispatch(str(payload))
+
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await connect_like(self._pool)
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
+                await conn.add_listener(self._channel, on_notify)
+                self._connected.set()
+                self._wake_everyone()
+                await lost.wait()
+                logger.warning("cyclone: LISTEN connection lost; reconnecting")
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                logger.warning("cyclone: LISTEN connection failed (%s); retrying", exc)
+            finally:
+                self._connected.clear()
+                if conn is not None:
+                    conn.terminate()  # no round trip: the connection may be dead already
+            await asyncio.sleep(self._retry_delay)

@@ -1,0 +1,277 @@
+"""The only module that sends SQL at run time: one typed function per named query.
+
+Each function takes the connection to run on and the client's :class:`~cyclone._sql.Queries`.
+Whether that connection is the caller's transaction, a completion transaction or a pooled
+connection of Cyclone's own is the caller's business; nothing here begins or commits.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from cyclone._sql import Queries
+
+Conn = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
+Record = asyncpg.Record
+
+
+async def migrations_apply(conn: Conn, q: Queries) -> list[int]:
+    """Apply the migrations this schema lacks, under a lock; return the versions applied."""
+    await conn.execute(q["migrations_lock"], q.schema)
+    await conn.execute(q["schema_create"])
+    await conn.execute(q["migrations_table"])
+    applied = {r["version"] for r in await conn.fetch(q["migrations_applied"])}
+    done = []
+    for migration in q.migrations:
+        if migration.version in applied:
+            continue
+        await conn.execute(migration.sql)
+        await conn.execute(q["migrations_record"], migration.version, migration.name)
+        done.append(migration.version)
+    return done
+
+
+async def migrations_applied(conn: Conn, q: Queries) -> list[int]:
+    """Versions recorded in the migrations table."""
+    return [r["version"] for r in await conn.fetch(q["migrations_applied"])]
+
+
+async def sequence_lock(conn: Conn, q: Queries, kind: str, sequence: str) -> None:
+    """Take the sequence's enqueue lock until the transaction ends."""
+    await conn.execute(q["sequence_lock"], kind, sequence)
+
+
+async def job_insert_many(
+    conn: Conn,
+    q: Queries,
+    *,
+    ids: Sequence[uuid.UUID],
+    inputs: Sequence[str],
+    kind: str,
+    queue: str,
+    priority: int,
+    process_at: dt.datetime | None,
+    max_attempts: int,
+    sequence: str | None,
+    unique: str | None,
+    deadline: dt.datetime | None,
+) -> int:
+    """Insert standalone jobs; return how many were inserted (0: a unique key was held)."""
+    count: int = await conn.fetchval(
+        q["job_insert_many"],
+        ids,
+        inputs,
+        kind,
+        queue,
+        priority,
+        process_at,
+        max_attempts,
+        sequence,
+        unique,
+        deadline,
+    )
+    return count
+
+
+async def job_find_unique(conn: Conn, q: Queries, kind: str, unique: str) -> uuid.UUID | None:
+    """The active run holding a unique key, if any."""
+    run_id: uuid.UUID | None = await conn.fetchval(q["job_find_unique"], kind, unique)
+    return run_id
+
+
+async def workflow_insert(conn: Conn, q: Queries, *args: Any) -> uuid.UUID | None:
+    """Insert a workflow run with steps, edges and root tasks; None if the key is taken."""
+    run_id: uuid.UUID | None = await conn.fetchval(q["workflow_insert"], *args)
+    return run_id
+
+
+async def workflow_find_key(
+    conn: Conn, q: Queries, name: str, key: str, input: str
+) -> Record | None:
+    """The run holding a submit key, with whether its input equals ``input``."""
+    return await conn.fetchrow(q["workflow_find_key"], name, key, input)
+
+
+async def task_claim(
+    conn: Conn,
+    q: Queries,
+    queue: str,
+    kinds: Sequence[str],
+    limit: int,
+    lease: float,
+    worker: str,
+) -> list[Record]:
+    """Claim up to ``limit`` available tasks of ``queue``."""
+    return await conn.fetch(q["task_claim"], queue, kinds, limit, lease, worker)
+
+
+async def task_heartbeat(
+    conn: Conn, q: Queries, ids: Sequence[int], claims: Sequence[int], lease: float
+) -> set[int]:
+    """Extend leases; return the ids still owned."""
+    rows = await conn.fetch(q["task_heartbeat"], ids, claims, lease)
+    return {r["id"] for r in rows}
+
+
+async def run_lock_many(
+    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    """Lock runs in id order (the first lock of every multi-row transition)."""
+    rows = await conn.fetch(q["run_lock_many"], sorted(set(run_ids)))
+    return {r["id"]: r["state"] for r in rows}
+
+
+async def job_complete_many(
+    conn: Conn, q: Queries, ids: Sequence[int], claims: Sequence[int], outputs: Sequence[str]
+) -> list[Record]:
+    """Complete jobs whose attempts still own their tasks; return (id, run_id) of those."""
+    return await conn.fetch(q["job_complete_many"], ids, claims, outputs)
+
+
+async def node_finish_many(
+    conn: Conn, q: Queries, ids: Sequence[int], claims: Sequence[int], outputs: Sequence[str]
+) -> list[Record]:
+    """Record completed workflow nodes whose attempts still own their tasks."""
+    return await conn.fetch(q["node_finish_many"], ids, claims, outputs)
+
+
+async def wait_finish_many(
+    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+) -> list[Record]:
+    """Complete signalled, reachable wait nodes."""
+    return await conn.fetch(q["wait_finish_many"], run_ids, nodes)
+
+
+async def node_advance(
+    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+) -> list[Record]:
+    """Release children of completed nodes and count their runs down."""
+    return await conn.fetch(q["node_advance"], run_ids, nodes)
+
+
+async def task_retry_many(
+    conn: Conn,
+    q: Queries,
+    ids: Sequence[int],
+    claims: Sequence[int],
+    delays: Sequence[float],
+    errors: Sequence[str | None],
+    refunds: Sequence[bool],
+) -> list[Record]:
+    """Put attempts back to available after a delay; return (id, queue) of those owned."""
+    return await conn.fetch(q["task_retry_many"], ids, claims, delays, errors, refunds)
+
+
+async def job_fail(conn: Conn, q: Queries, task_id: int, claims: int, error: str) -> bool:
+    """Fail a job on its last attempt; whether the run failed by this call."""
+    return await conn.fetchval(q["job_fail"], task_id, claims, error) is not None
+
+
+async def node_fail(conn: Conn, q: Queries, task_id: int, claims: int, error: str) -> bool:
+    """Fail a workflow node on its last attempt; whether the attempt still owned it."""
+    return await conn.fetchval(q["node_fail"], task_id, claims, error) is not None
+
+
+async def run_fail(
+    conn: Conn, q: Queries, run_id: uuid.UUID, error: str, *, drop_running: bool
+) -> None:
+    """Fail a pending run and drop the work it has not started (or all of it)."""
+    await conn.execute(q["run_fail"], run_id, error, drop_running)
+
+
+async def wait_expire_due(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """Wait nodes past their timeout."""
+    return await conn.fetch(q["wait_expire_due"], limit)
+
+
+async def wait_expire(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, error: str) -> bool:
+    """Fail a wait node past its timeout; whether it was still waiting."""
+    return await conn.fetchval(q["wait_expire"], run_id, node, error) is not None
+
+
+async def run_deadline_due(conn: Conn, q: Queries, limit: int) -> list[uuid.UUID]:
+    """Pending runs past their deadline."""
+    return [r["id"] for r in await conn.fetch(q["run_deadline_due"], limit)]
+
+
+async def task_reclaim(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """Put tasks with expired leases and attempts left back to available."""
+    return await conn.fetch(q["task_reclaim"], limit)
+
+
+async def task_expired_exhausted(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """Tasks whose lease expired on their last attempt."""
+    return await conn.fetch(q["task_expired_exhausted"], limit)
+
+
+async def run_cancel(conn: Conn, q: Queries, run_id: uuid.UUID) -> bool:
+    """Cancel a pending or failed run; whether this call cancelled it."""
+    return bool(await conn.fetchval(q["run_cancel"], run_id))
+
+
+async def run_reopen(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> Record | None:
+    """Reset a failed workflow run's failed nodes; a row if the run re-opened."""
+    return await conn.fetchrow(q["run_reopen"], run_id, node)
+
+
+async def job_reopen(conn: Conn, q: Queries, run_id: uuid.UUID) -> str | None:
+    """Re-open a failed job; its queue if it re-opened."""
+    queue: str | None = await conn.fetchval(q["job_reopen"], run_id)
+    return queue
+
+
+async def run_release(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
+    """Queue the ready nodes of an open run."""
+    return await conn.fetch(q["run_release"], run_id)
+
+
+async def wait_signal(
+    conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: str
+) -> str | None:
+    """Store a wait node's signal; the node's state, or None if nothing was stored."""
+    state: str | None = await conn.fetchval(q["wait_signal"], run_id, node, payload)
+    return state
+
+
+async def step_get(conn: Conn, q: Queries, run_id: uuid.UUID, node: str) -> Record | None:
+    """A node's kind and whether it was signalled."""
+    return await conn.fetchrow(q["step_get"], run_id, node)
+
+
+async def run_status(conn: Conn, q: Queries, run_id: uuid.UUID) -> str | None:
+    """A run's state as users see it, or None if not visible."""
+    state: str | None = await conn.fetchval(q["run_status"], run_id)
+    return state
+
+
+async def run_result(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | None:
+    """A run's state, error and result output."""
+    return await conn.fetchrow(q["run_result"], run_id)
+
+
+async def run_list(conn: Conn, q: Queries, *args: Any) -> list[Record]:
+    """Runs matching the filters, newest first."""
+    return await conn.fetch(q["run_list"], *args)
+
+
+async def run_nodes(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
+    """Per-node states of a run."""
+    return await conn.fetch(q["run_nodes"], run_id)
+
+
+async def run_purge(
+    conn: Conn, q: Queries, before: dt.datetime, states: Sequence[str], limit: int
+) -> int:
+    """Delete up to ``limit`` terminal runs; return how many."""
+    count: int = await conn.fetchval(q["run_purge"], before, states, limit)
+    return count
+
+
+async def wakeup_notify(conn: Conn, q: Queries, channel: str, payloads: Sequence[str]) -> None:
+    """Send one NOTIFY per payload."""
+    await conn.execute(q["wakeup_notify"], channel, payloads)

@@ -1,0 +1,149 @@
+"""Run handles and the read models returned by the client.
+
+A handle is an id and a client; it holds no connection. Every operation runs on the client's
+pool, so a handle from ``*_tx`` raises :class:`RunNotFoundError` until its transaction commits.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from cyclone._client import Client
+
+Out = TypeVar("Out")
+
+
+class RunState(enum.StrEnum):
+    """A run's state. ``COMPLETED``, ``FAILED`` and ``CANCELLED`` are terminal."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the run has ended."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One node (step or wait) of a run.
+
+    ``state`` is one of pending, available, scheduled, running, waiting, completed, failed,
+    cancelled. ``errors`` holds every failed attempt's error, oldest first.
+    """
+
+    name: str
+    kind: str | None
+    state: str
+    attempts: int
+    errors: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What a run is and where it stands. ``nodes`` is empty in ``list_runs`` pages."""
+
+    id: uuid.UUID
+    name: str
+    key: str | None
+    state: RunState
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+    error: dict[str, Any] | None
+    job: bool
+    nodes: list[NodeInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Filters for ``client.list_runs``; every one is optional. Newest runs come first."""
+
+    name: str | None = None
+    state: RunState | list[RunState] | None = None
+    key: str | None = None
+    created_after: dt.datetime | None = None
+    created_before: dt.datetime | None = None
+    limit: int = 100
+    cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of runs; pass ``next_cursor`` back as ``RunQuery.cursor`` for the next."""
+
+    runs: list[RunInfo]
+    next_cursor: str | None
+
+
+class Run:
+    """A handle on one run."""
+
+    __slots__ = ("client", "id")
+
+    def __init__(self, client: Client, run_id: uuid.UUID) -> None:
+        self.client = client
+        self.id = run_id
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Run) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    async def status(self) -> RunState:
+        """The run's current state."""
+        return await self.client._run_status(self.id)
+
+    async def wait(self, timeout: float | None = None) -> RunState:
+        """Wait until the run ends and return its state; ``TimeoutError`` after ``timeout``."""
+        return await self.client._run_wait(self.id, timeout)
+
+    async def info(self) -> RunInfo:
+        """The run with its per-node states, attempts and errors."""
+        return await self.client._run_info(self.id)
+
+    async def cancel(self) -> bool:
+        """Cancel the run; True if this call cancelled it (False if it had already ended)."""
+        return await self.client._run_cancel(self.id)
+
+    async def retry_all(self) -> None:
+        """Re-open a failed run: every failed node gets a fresh attempt budget."""
+        await self.client._run_retry(self.id, None)
+
+    async def retry(self, node: str) -> None:
+        """Reset one failed node; the run re-opens once no failed node is left."""
+        await self.client._run_retry(self.id, node)
+
+
+class ResultRun(Run, Generic[Out]):
+    """A handle on a run of a result workflow (or a job): ``result()`` gives its output."""
+
+    __slots__ = ("output_type",)
+
+    def __init__(self, client: Client, run_id: uuid.UUID, output_type: Any) -> None:
+        super().__init__(client, run_id)
+        self.output_type = output_type
+
+    async def result(self, timeout: float | None = None) -> Out:
+        """Wait for the run and return its typed output.
+
+        Raises :class:`RunFailedError`, :class:`RunCancelledError`, or
+        :class:`NoOutputError` when the run has no result node.
+        """
+        result: Out = await self.client._run_result(self.id, self.output_type, timeout)
+        return result

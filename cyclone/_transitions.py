@@ -1,0 +1,181 @@
+"""Run and node transitions that span several statements, each inside one transaction.
+
+Every function here runs on a connection already in a transaction and takes the run locks
+first (``run_lock_many``), so the statements after it see the run's current state and
+transitions of one run never interleave. What they return is what to publish after commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cyclone import _queries as db
+from cyclone._errors import InvalidStateError, RunNotFoundError, UnknownKindError
+from cyclone._notifier import queue_payload, run_payload
+from cyclone._sql import Queries
+
+Conn = db.Conn
+
+
+@dataclass(slots=True)
+class Effects:
+    """What a committed transition should announce: queues with new work, runs that ended."""
+
+    queues: set[str] = field(default_factory=set)
+    ended: set[uuid.UUID] = field(default_factory=set)
+
+    def merge(self, other: Effects) -> None:
+        """Add ``other``'s announcements to these."""
+        self.queues |= other.queues
+        self.ended |= other.ended
+
+    def payloads(self) -> list[str]:
+        """NOTIFY payloads for these announcements."""
+        return [queue_payload(q) for q in sorted(self.queues)] + [
+            run_payload(r) for r in sorted(self.ended)
+        ]
+
+
+async def advance(
+    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+) -> Effects:
+    """Advance the DAG after ``nodes`` completed (runs locked by the caller).
+
+    A wait node whose signal arrived before it was reachable completes as soon as it is
+    reached, which can release further nodes: loop until nothing more completes.
+    """
+    effects = Effects()
+    while run_ids:
+        rows = await db.node_advance(conn, q, run_ids, nodes)
+        signalled_runs, signalled_nodes = [], []
+        for row in rows:
+            if row["what"] == "queue":
+                effects.queues.add(row["value"])
+            elif row["what"] == "ended":
+                effects.ended.add(row["run_id"])
+            else:
+                signalled_runs.append(row["run_id"])
+                signalled_nodes.append(row["node"])
+        if not signalled_runs:
+            break
+        finished = await db.wait_finish_many(conn, q, signalled_runs, signalled_nodes)
+        run_ids = [r["run_id"] for r in finished]
+        nodes = [r["node"] for r in finished]
+    return effects
+
+
+async def lock_run(conn: Conn, q: Queries, run_id: uuid.UUID) -> str:
+    """Lock one run; return its stored state, or raise :class:`RunNotFoundError`."""
+    states = await db.run_lock_many(conn, q, [run_id])
+    if run_id not in states:
+        raise RunNotFoundError(run_id)
+    return states[run_id]
+
+
+async def cancel(conn: Conn, q: Queries, run_id: uuid.UUID) -> tuple[bool, Effects]:
+    """Cancel a run; whether this call cancelled it."""
+    await lock_run(conn, q, run_id)
+    cancelled = await db.run_cancel(conn, q, run_id)
+    return cancelled, Effects(ended={run_id} if cancelled else set())
+
+
+async def retry(
+    conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None, *, job: bool
+) -> Effects:
+    """Re-open a failed run, or reset one of its failed nodes."""
+    state = await lock_run(conn, q, run_id)
+    if state != "failed":
+        raise InvalidStateError(f"run {run_id} is {state}; only a failed run can be retried")
+    effects = Effects()
+    if job:
+        queue = await db.job_reopen(conn, q, run_id)
+        if queue is not None:
+            effects.queues.add(queue)
+        return effects
+    reopened = await db.run_reopen(conn, q, run_id, node)
+    if node is not None and (reopened is None or reopened["reset"] == 0):
+        step = await db.step_get(conn, q, run_id, node)
+        if step is None:
+            raise UnknownKindError(f"run {run_id} has no node {node!r}")
+        if reopened is None:
+            # Another failed node keeps the run failed; this one was reset all the same.
+            return effects
+        raise InvalidStateError(f"node {node!r} of run {run_id} has not failed")
+    if reopened is None:
+        return effects
+    waits_run, waits_node = [], []
+    for row in await db.run_release(conn, q, run_id):
+        if not row["wait"]:
+            effects.queues.add(row["queue"])
+        elif row["signalled"]:
+            waits_run.append(run_id)
+            waits_node.append(row["node"])
+    if waits_run:
+        finished = await db.wait_finish_many(conn, q, waits_run, waits_node)
+        effects.merge(
+            await advance(conn, q, [r["run_id"] for r in finished], [r["node"] for r in finished])
+        )
+    return effects
+
+
+async def signal(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: str) -> Effects:
+    """Deliver a wait node's signal: stored always, applied at once if the node is waiting."""
+    state = await lock_run(conn, q, run_id)
+    if state in ("completed", "cancelled"):
+        raise InvalidStateError(f"run {run_id} is {state}; it takes no more signals")
+    node_state = await db.wait_signal(conn, q, run_id, node, payload)
+    if node_state is None:
+        step = await db.step_get(conn, q, run_id, node)
+        if step is None:
+            raise UnknownKindError(f"run {run_id} has no node {node!r}")
+        if step["kind"] is not None:
+            raise InvalidStateError(f"node {node!r} of run {run_id} is a step, not a wait node")
+        raise InvalidStateError(f"wait node {node!r} of run {run_id} was already signalled")
+    if node_state != "waiting":
+        return Effects()
+    finished = await db.wait_finish_many(conn, q, [run_id], [node])
+    return await advance(conn, q, [r["run_id"] for r in finished], [r["node"] for r in finished])
+
+
+async def fail_node_or_job(
+    conn: Conn,
+    q: Queries,
+    *,
+    task_id: int,
+    claims: int,
+    run_id: uuid.UUID,
+    node: str | None,
+    error: str,
+) -> tuple[bool, Effects]:
+    """Fail an attempt that was the last: the job or node fails, and with it the run.
+
+    Returns whether the attempt still owned its task (False: its completion is rejected).
+    """
+    await db.run_lock_many(conn, q, [run_id])
+    if node is None:
+        failed = await db.job_fail(conn, q, task_id, claims, error)
+        return failed, Effects(ended={run_id} if failed else set())
+    if not await db.node_fail(conn, q, task_id, claims, error):
+        return False, Effects()
+    await db.run_fail(conn, q, run_id, error, drop_running=False)
+    return True, Effects(ended={run_id})
+
+
+async def expire_wait(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, error: str) -> Effects:
+    """Fail a wait node whose timeout passed, and its run."""
+    await db.run_lock_many(conn, q, [run_id])
+    if not await db.wait_expire(conn, q, run_id, node, error):
+        return Effects()
+    await db.run_fail(conn, q, run_id, error, drop_running=False)
+    return Effects(ended={run_id})
+
+
+async def expire_deadline(conn: Conn, q: Queries, run_id: uuid.UUID, error: str) -> Effects:
+    """Fail a run past its deadline; its running handlers stop at their next heartbeat."""
+    states = await db.run_lock_many(conn, q, [run_id])
+    if states.get(run_id) != "pending":
+        return Effects()
+    await db.run_fail(conn, q, run_id, error, drop_running=True)
+    return Effects(ended={run_id})

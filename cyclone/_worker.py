@@ -1,0 +1,472 @@
+"""The worker: claims tasks, runs handlers under leases, writes outcomes, keeps house.
+
+One asyncio task per queue claims work (woken by NOTIFY, by a freed slot when the last claim
+was full, or by a jittered poll that is the correctness floor). Each claimed task runs in its
+own asyncio task under the queue's concurrency limit. A heartbeat extends the leases of every
+running task in one statement and cancels handlers whose task is gone (run cancelled, lease
+reclaimed). Maintenance reclaims expired leases and fails overdue runs and wait nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import msgspec
+
+from cyclone import _codec, _transitions
+from cyclone import _queries as db
+from cyclone._completer import Claimed, Completer, error_record
+from cyclone._context import CompletionTx, Context, Snooze
+from cyclone._errors import InvalidInputError
+from cyclone._kinds import Step
+from cyclone._options import seconds, validate_int, validate_queue
+
+if TYPE_CHECKING:
+    from cyclone._client import Client
+    from cyclone._workflow import Workflow
+
+logger = logging.getLogger("cyclone")
+
+DEFAULT_CONCURRENCY = 10
+_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0) -> float:
+    """Seconds before retrying after failed attempt ``attempt``: doubling, capped, jittered."""
+    delay: float = min(cap, base * 2 ** (attempt - 1))
+    return delay * random.uniform(0.5, 1.0)
+
+
+@dataclass(slots=True)
+class _Running:
+    claimed: Claimed
+    task: asyncio.Task[None]
+    reason: str | None = None  # why we cancelled it: "lost", "shutdown", "deadline"
+
+
+@dataclass(slots=True)
+class _Queue:
+    name: str
+    limit: int
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    running: int = 0
+    last_claim_full: bool = False
+
+
+class Worker:
+    """Runs the handlers of ``steps`` and of every step in ``workflows``.
+
+    ``queues`` maps queue names to concurrency limits (default: each step's queue, 10).
+    ``poll_interval`` bounds how long claimable work can wait when a notification is lost.
+    ``lease`` is how long a claimed task stays this worker's without a heartbeat;
+    ``heartbeat`` defaults to a third of it. ``shutdown_timeout`` is how long a graceful stop
+    lets running handlers finish before cancelling them.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        steps: Sequence[Step[Any, Any]] = (),
+        workflows: Sequence[Workflow[Any]] = (),
+        queues: Mapping[str, int] | None = None,
+        poll_interval: float = 1.0,
+        lease: float = 30.0,
+        heartbeat: float | None = None,
+        shutdown_timeout: float = 10.0,
+        maintenance_interval: float | None = None,
+        claim_batch: int = 100,
+        backoff: Callable[[int], float] = exponential_backoff,
+        worker_id: str | None = None,
+    ) -> None:
+        self.client = client
+        self._steps: dict[str, Step[Any, Any]] = {}
+        self._workflows: dict[str, Workflow[Any]] = {}
+        for s in steps:
+            self._add_step(s)
+        for wf in workflows:
+            if wf.name in self._workflows and self._workflows[wf.name] is not wf:
+                raise InvalidInputError(f"two workflows named {wf.name!r}")
+            self._workflows[wf.name] = wf
+            for s in wf.steps():
+                self._add_step(s)
+        if not self._steps:
+            raise InvalidInputError("a worker needs at least one step or workflow")
+        if queues is None:
+            queues = {s.queue: DEFAULT_CONCURRENCY for s in self._steps.values()}
+        self._queues = {
+            name: _Queue(validate_queue(name), validate_int(n, what=f"{name!r} limit", low=1))
+            for name, n in queues.items()
+        }
+        self.poll_interval = seconds(poll_interval, what="poll_interval")
+        self.lease = seconds(lease, what="lease")
+        self.heartbeat = seconds(heartbeat, what="heartbeat") if heartbeat else self.lease / 3
+        self.shutdown_timeout = seconds(shutdown_timeout, what="shutdown_timeout")
+        self.maintenance_interval = (
+            seconds(maintenance_interval, what="maintenance_interval")
+            if maintenance_interval is not None
+            else max(self.poll_interval, min(self.lease / 2, 5.0))
+        )
+        self.claim_batch = validate_int(claim_batch, what="claim_batch", low=1)
+        self.backoff = backoff
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._kinds = sorted(self._steps)
+        self._running: dict[int, _Running] = {}
+        self._completer = Completer(client.pool, client.queries, client._publish)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self._started = False
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def _add_step(self, s: Step[Any, Any]) -> None:
+        if not isinstance(s, Step):
+            raise InvalidInputError(f"{s!r} is not a step with a handler")
+        existing = self._steps.get(s.name)
+        if existing is not None and existing is not s:
+            raise InvalidInputError(f"two different steps are named {s.name!r}")
+        self._steps[s.name] = s
+
+    def __repr__(self) -> str:
+        return f"<cyclone.Worker {self.id} queues={sorted(self._queues)}>"
+
+    # Lifecycle
+
+    async def start(self) -> None:
+        """Start claiming in the running event loop."""
+        if self._started:
+            raise RuntimeError("this worker was started already")
+        self._started = True
+        loop = asyncio.get_running_loop()
+        self._completer.start()
+        if self.client.notify:
+            notifier = self.client._notifier
+            self._unsubscribe = notifier.subscribe_queues(self._on_wakeup)
+            notifier.acquire()
+        for queue in self._queues.values():
+            self._tasks.append(loop.create_task(self._produce(queue), name=f"cyclone-{queue.name}"))
+        self._tasks.append(loop.create_task(self._heartbeat(), name="cyclone-heartbeat"))
+        self._tasks.append(loop.create_task(self._maintain(), name="cyclone-maintenance"))
+        logger.info(
+            "cyclone: worker %s started",
+            self.id,
+            extra={"worker": self.id, "queues": sorted(self._queues)},
+        )
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running handlers finish (up to ``timeout``), then cancel them."""
+        if not self._started or self._stopping.is_set():
+            return
+        self._stopping.set()
+        for queue in self._queues.values():
+            queue.wake.set()
+        producers = self._tasks[: len(self._queues)]
+        await asyncio.gather(*producers, return_exceptions=True)
+        handlers = [r.task for r in self._running.values()]
+        if handlers:
+            _, late = await asyncio.wait(
+                handlers, timeout=self.shutdown_timeout if timeout is None else timeout
+            )
+            for running in list(self._running.values()):
+                if running.task in late:
+                    running.reason = "shutdown"
+                    running.task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        for task in self._tasks[len(self._queues) :]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._completer.stop()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            await self.client._notifier.release()
+        logger.info("cyclone: worker %s stopped", self.id, extra={"worker": self.id})
+
+    async def run(self) -> None:
+        """Run until cancelled, then shut down gracefully."""
+        await self.start()
+        try:
+            await self._stopping.wait()
+        finally:
+            await asyncio.shield(self.stop())
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # Claiming
+
+    def _on_wakeup(self, queue: str) -> None:
+        if not queue:  # the listener reconnected: every queue polls now
+            for q in self._queues.values():
+                q.wake.set()
+        elif queue in self._queues:
+            self._queues[queue].wake.set()
+
+    async def _produce(self, queue: _Queue) -> None:
+        while not self._stopping.is_set():
+            free = queue.limit - queue.running
+            if free > 0:
+                try:
+                    await self._claim(queue, min(free, self.claim_batch))
+                except _DB_ERRORS as exc:
+                    logger.warning(
+                        "cyclone: claiming from %s failed: %s",
+                        queue.name,
+                        exc,
+                        extra={"queue": queue.name},
+                    )
+            if queue.last_claim_full and queue.running < queue.limit:
+                continue  # more is waiting and there is room: claim again at once
+            queue.wake.clear()
+            timeout = self.poll_interval * random.uniform(0.8, 1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(queue.wake.wait(), timeout)
+
+    async def _claim(self, queue: _Queue, limit: int) -> None:
+        async with self.client._acquire() as conn:
+            rows = await db.task_claim(
+                conn, self.client.queries, queue.name, self._kinds, limit, self.lease, self.id
+            )
+        queue.last_claim_full = len(rows) == limit
+        loop = asyncio.get_running_loop()
+        for row in rows:
+            claimed = Claimed(
+                id=row["id"],
+                run_id=row["run_id"],
+                node=row["node"],
+                kind=row["kind"],
+                queue=queue.name,
+                attempt=row["attempt"],
+                max_attempts=row["max_attempts"],
+                claims=row["claims"],
+                run_name=row["name"],
+                input=row["input"],
+                deps=row["deps"],
+            )
+            queue.running += 1
+            task = loop.create_task(
+                self._execute(queue, claimed), name=f"cyclone-task-{claimed.id}"
+            )
+            self._running[claimed.id] = _Running(claimed, task)
+
+    # Executing
+
+    async def _execute(self, queue: _Queue, claimed: Claimed) -> None:
+        try:
+            await self._attempt(claimed)
+        except asyncio.CancelledError:
+            running = self._running.get(claimed.id)
+            if running is None or running.reason is None:
+                raise
+        except Exception:
+            logger.exception(
+                "cyclone: writing the outcome of task %s failed",
+                claimed.id,
+                extra=claimed.log_fields(),
+            )
+        finally:
+            self._running.pop(claimed.id, None)
+            queue.running -= 1
+            if queue.last_claim_full or self._stopping.is_set():
+                queue.wake.set()
+
+    async def _attempt(self, claimed: Claimed) -> None:
+        step = self._steps[claimed.kind]
+        completion = CompletionTx(self.client.pool)
+        log = claimed.log_fields()
+        try:
+            ctx, value = self._prepare(claimed, step, completion)
+            ctx._bind()
+            try:
+                async with asyncio.timeout(step.timeout):
+                    result = await step.handler(ctx, value)
+            finally:
+                ctx._close()
+            output = _codec.encode(
+                result,
+                step.output_type,
+                what=f"output of {step.name!r}",
+                limit=self.client.output_limit,
+            )
+        except Snooze as snooze:
+            await completion.rollback()
+            logger.info("cyclone: snoozed for %.3f s", snooze.delay, extra=log)
+            await self._completer.retry(claimed, delay=snooze.delay, error=None, refund=True)
+            return
+        except asyncio.CancelledError:
+            await asyncio.shield(completion.rollback())
+            running = self._running.get(claimed.id)
+            reason = running.reason if running else None
+            if reason == "shutdown":
+                # Give the attempt back so another worker can take it without waiting.
+                await asyncio.shield(
+                    self._completer.retry(claimed, delay=0, error=None, refund=True)
+                )
+            logger.info("cyclone: handler cancelled (%s)", reason or "task cancelled", extra=log)
+            raise
+        except Exception as exc:
+            await completion.rollback()
+            timeout = isinstance(exc, TimeoutError) and step.timeout is not None
+            await self._failed(claimed, exc, kind="Timeout" if timeout else None)
+            return
+        if completion.opened:
+            accepted = await self._completer.complete_in(completion, claimed, output)
+        else:
+            accepted = await self._completer.complete(claimed, output)
+        if accepted:
+            logger.debug("cyclone: completed", extra=log)
+        else:
+            logger.warning(
+                "cyclone: completion rejected: the attempt no longer owns its task", extra=log
+            )
+
+    def _prepare(
+        self, claimed: Claimed, step: Step[Any, Any], completion: CompletionTx
+    ) -> tuple[Context, Any]:
+        outputs: dict[str, Any] = {}
+        if claimed.deps is not None:
+            outputs = _codec.decode(claimed.deps, dict[str, msgspec.Raw])
+        workflow = self._workflows.get(claimed.run_name) if claimed.node is not None else None
+        node = workflow.get_node(claimed.node) if workflow and claimed.node else None
+        ctx = Context(
+            client=self.client,
+            run_id=claimed.run_id,
+            node=claimed.node,
+            kind=claimed.kind,
+            attempt=claimed.attempt,
+            max_attempts=claimed.max_attempts,
+            queue=claimed.queue,
+            outputs=outputs,
+            output_types=workflow.output_types() if workflow else None,
+            completion=completion,
+        )
+        if node is not None and node.input_fn is not None:
+            assert workflow is not None
+            wf_input = _codec.decode(claimed.input, workflow.input_type)
+            decoded = {
+                name: _codec.decode(bytes(raw), workflow.output_types().get(name, Any))
+                for name, raw in outputs.items()
+            }
+            return ctx, node.input_fn(wf_input, decoded)
+        return ctx, _codec.decode(claimed.input, step.input_type)
+
+    async def _failed(self, claimed: Claimed, exc: BaseException, *, kind: str | None) -> None:
+        error = error_record(claimed, exc, kind=kind)
+        log = claimed.log_fields()
+        if claimed.attempt < claimed.max_attempts:
+            delay = self.backoff(claimed.attempt)
+            logger.warning(
+                "cyclone: attempt failed (%s: %s); retrying in %.3f s",
+                kind or type(exc).__name__,
+                exc,
+                delay,
+                extra=log,
+            )
+            await self._completer.retry(claimed, delay=delay, error=error, refund=False)
+        else:
+            logger.error(
+                "cyclone: last attempt failed (%s: %s)", kind or type(exc).__name__, exc, extra=log
+            )
+            await self._completer.fail(claimed, error)
+
+    # Leases
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            running = list(self._running.values())
+            if not running:
+                continue
+            try:
+                async with self.client._acquire() as conn:
+                    owned = await db.task_heartbeat(
+                        conn,
+                        self.client.queries,
+                        [r.claimed.id for r in running],
+                        [r.claimed.claims for r in running],
+                        self.lease,
+                    )
+            except _DB_ERRORS as exc:
+                logger.warning("cyclone: heartbeat failed: %s", exc, extra={"worker": self.id})
+                continue
+            for r in running:
+                if r.claimed.id not in owned and self._running.get(r.claimed.id) is r:
+                    # Cancelled run, reclaimed lease or expired deadline: stop the handler.
+                    r.reason = "lost"
+                    r.task.cancel()
+
+    # Maintenance
+
+    async def _maintain(self) -> None:
+        while True:
+            await asyncio.sleep(self.maintenance_interval * random.uniform(0.8, 1.0))
+            try:
+                await self.maintain_once()
+            except _DB_ERRORS as exc:
+                logger.warning("cyclone: maintenance failed: %s", exc, extra={"worker": self.id})
+
+    async def maintain_once(self, limit: int = 100) -> None:
+        """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes."""
+        client, q = self.client, self.client.queries
+        effects = _transitions.Effects()
+        async with client._acquire() as conn:
+            for row in await db.task_reclaim(conn, q, limit):
+                effects.queues.add(row["queue"])
+                logger.warning(
+                    "cyclone: reclaimed task %s after its lease expired",
+                    row["id"],
+                    extra={"worker": self.id},
+                )
+            exhausted = await db.task_expired_exhausted(conn, q, limit)
+            for row in exhausted:
+                error = _codec.encode_plain(
+                    {
+                        "attempt": row["attempt"],
+                        "type": "LeaseExpired",
+                        "message": f"the lease expired: worker {row['worker']} stopped renewing it",
+                    }
+                )
+                async with conn.transaction():
+                    _, more = await _transitions.fail_node_or_job(
+                        conn,
+                        q,
+                        task_id=row["id"],
+                        claims=row["claims"],
+                        run_id=row["run_id"],
+                        node=row["node"],
+                        error=error,
+                    )
+                effects.merge(more)
+            for run_id in await db.run_deadline_due(conn, q, limit):
+                error = _codec.encode_plain(
+                    {"type": "DeadlineExceeded", "message": "the run passed its deadline"}
+                )
+                async with conn.transaction():
+                    effects.merge(await _transitions.expire_deadline(conn, q, run_id, error))
+            for row in await db.wait_expire_due(conn, q, limit):
+                error = _codec.encode_plain(
+                    {"type": "WaitTimeout", "message": f"wait node {row['node']!r} timed out"}
+                )
+                async with conn.transaction():
+                    effects.merge(
+                        await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
+                    )
+        await client._publish(effects.payloads())

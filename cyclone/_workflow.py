@@ -1,0 +1,333 @@
+"""DAG workflows: definition and validation (pure), and the rows a submit writes.
+
+Nodes can only depend on nodes defined before them, so a definition is always acyclic and
+its definition order is a topological order. A submitted run stores its nodes and edges, so
+it keeps the graph it was submitted with when a later deploy changes the definition.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
+
+from cyclone import _codec
+from cyclone import _queries as db
+from cyclone._errors import InvalidInputError, SubmitConflictError, UnknownKindError
+from cyclone._insert import check_options, require_transaction, uuid7
+from cyclone._keys import validate_key
+from cyclone._kinds import Kind, Step
+from cyclone._notifier import queue_payload
+from cyclone._options import Options, seconds
+from cyclone._run import ResultRun, Run
+from cyclone._wakeups import Tx
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+SUBMIT_OPTIONS = frozenset({"process_at", "process_in", "priority", "run_deadline"})
+_WAIT_QUEUE = "-"  # wait nodes are never claimed; the column wants a value
+_KEY_TRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node of a workflow: a step, or a wait node (``kind is None``) completed by a signal."""
+
+    name: str
+    kind: Kind[Any, Any] | None
+    after: tuple[str, ...]
+    input_fn: Callable[[Any, Mapping[str, Any]], Any] | None = None
+    timeout: float | None = None
+
+
+class Workflow(Generic[In]):
+    """A named DAG of steps; every ``submit`` makes a new run, ``submit_once`` one per key."""
+
+    def __init__(self, name: str, input_type: Any) -> None:
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise InvalidInputError(f"a workflow's name must be a non-empty str, got {name!r}")
+        self.name = name
+        self.input_type = input_type
+        self._nodes: dict[str, Node] = {}
+        self._result: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<cyclone.{type(self).__name__} {self.name!r} nodes={list(self._nodes)}>"
+
+    # Definition
+
+    def node(
+        self,
+        step: Kind[Any, Any],
+        *,
+        name: str | None = None,
+        after: Sequence[Node | str] = (),
+        input: Callable[[Any, Mapping[str, Any]], Any] | None = None,
+    ) -> Node:
+        """Add a step node running after ``after``; its name defaults to the step's.
+
+        The handler gets the workflow input, or ``input(workflow_input, outputs)`` built
+        from the decoded outputs of its dependencies.
+        """
+        if not isinstance(step, Kind):
+            raise InvalidInputError(f"{step!r} is not a step or kind")
+        if input is None and not _accepts(step.input_type, self.input_type):
+            raise InvalidInputError(
+                f"step {step.name!r} takes {step.input_type!r}, not the workflow input "
+                f"{self.input_type!r}: pass input=fn(workflow_input, outputs) to build it"
+            )
+        if input is not None and not callable(input):
+            raise InvalidInputError("input= must be a function (workflow_input, outputs)")
+        return self._add(Node(name or step.name, step, self._deps(after), input))
+
+    def wait(
+        self, name: str, *, after: Sequence[Node | str] = (), timeout: float | None = None
+    ) -> Node:
+        """Add a wait node: it completes when ``client.signal(run_id, name, payload)`` comes.
+
+        With ``timeout`` (seconds after it becomes reachable) it fails when no signal came.
+        """
+        wait_timeout = None if timeout is None else seconds(timeout, what="timeout")
+        return self._add(Node(name, None, self._deps(after), None, wait_timeout))
+
+    def _deps(self, after: Sequence[Node | str]) -> tuple[str, ...]:
+        names = []
+        for dep in after:
+            dep_name = dep.name if isinstance(dep, Node) else dep
+            if dep_name not in self._nodes or (
+                isinstance(dep, Node) and self._nodes[dep_name] is not dep
+            ):
+                raise UnknownKindError(
+                    f"workflow {self.name!r} has no node {dep_name!r} (define it before use)"
+                )
+            if dep_name in names:
+                raise InvalidInputError(f"node {dep_name!r} is listed twice in after=")
+            names.append(dep_name)
+        return tuple(names)
+
+    def _add(self, node: Node) -> Node:
+        if not isinstance(node.name, str) or not node.name or len(node.name) > 200:
+            raise InvalidInputError(f"a node name must be a non-empty str, got {node.name!r}")
+        if node.name in self._nodes:
+            raise InvalidInputError(f"workflow {self.name!r} already has a node {node.name!r}")
+        self._nodes[node.name] = node
+        return node
+
+    # What workers need
+
+    @property
+    def nodes(self) -> list[Node]:
+        """The nodes, in definition (topological) order."""
+        return list(self._nodes.values())
+
+    def get_node(self, name: str) -> Node | None:
+        """The node named ``name``, if this definition has it."""
+        return self._nodes.get(name)
+
+    def steps(self) -> list[Step[Any, Any]]:
+        """The steps with handlers used by this workflow (what a worker serving it runs)."""
+        seen: dict[str, Step[Any, Any]] = {}
+        for node in self._nodes.values():
+            if isinstance(node.kind, Step):
+                seen.setdefault(node.kind.name, node.kind)
+        return list(seen.values())
+
+    def output_types(self) -> dict[str, Any]:
+        """Each node's output type, by node name."""
+        return {n: (nd.kind.output_type if nd.kind else Any) for n, nd in self._nodes.items()}
+
+    # Submitting
+
+    async def submit(self, client: Any, input: In, **options: Any) -> Run:
+        """Submit a new run in Cyclone's own transaction and wake workers after commit."""
+        run, _ = await self._submit(client, None, None, input, options)
+        return run
+
+    async def submit_tx(self, client: Any, tx: Tx, input: In, **options: Any) -> Run:
+        """Submit a new run in the caller's open transaction ``tx``."""
+        run, _ = await self._submit(client, tx, None, input, options)
+        return run
+
+    async def submit_once(
+        self, client: Any, key: str, input: In, **options: Any
+    ) -> tuple[Run, bool]:
+        """Submit the one run of ``key``; ``created`` is True only for the call that made it.
+
+        A different input for an existing key raises :class:`SubmitConflictError`.
+        """
+        return await self._submit(client, None, validate_key(key), input, options)
+
+    async def submit_once_tx(
+        self, client: Any, tx: Tx, key: str, input: In, **options: Any
+    ) -> tuple[Run, bool]:
+        """``submit_once`` in the caller's open transaction ``tx``."""
+        return await self._submit(client, tx, validate_key(key), input, options)
+
+    def _handle(self, client: Any, run_id: uuid.UUID) -> Run:
+        return Run(client, run_id)
+
+    def _result_node(self) -> str | None:
+        return None
+
+    async def _submit(
+        self, client: Any, tx: Tx | None, key: str | None, input: In, options: Mapping[str, Any]
+    ) -> tuple[Run, bool]:
+        opts = check_options(options, SUBMIT_OPTIONS, call="submit")
+        if not self._nodes:
+            raise InvalidInputError(f"workflow {self.name!r} has no nodes")
+        result_node = self._result_node()
+        encoded = _codec.encode(
+            input, self.input_type, what=f"input of {self.name!r}", limit=client.payload_limit
+        )
+        plan = self._plan(opts)
+        queues = {n.kind.queue for n in self._nodes.values() if n.kind and not n.after}
+        wake = opts.claimable_now()
+        if tx is None:
+            async with client._acquire() as conn:
+                run_id, created = await self._insert(
+                    client, conn, key, encoded, result_node, opts, plan
+                )
+            if created and wake:
+                await client._publish([queue_payload(q) for q in sorted(queues)])
+        else:
+            conn, tracker = require_transaction(tx)
+            run_id, created = await self._insert(
+                client, conn, key, encoded, result_node, opts, plan
+            )
+            if created and wake and tracker is not None:
+                for queue in queues:
+                    tracker.record(queue)
+        return self._handle(client, run_id), created
+
+    def _plan(self, opts: Options) -> tuple[list[Any], ...]:
+        nodes = list(self._nodes.values())
+        parents = [p for n in nodes for p in n.after]
+        children = [n.name for n in nodes for _ in n.after]
+        return (
+            [n.name for n in nodes],
+            [n.kind.name if n.kind else None for n in nodes],
+            [n.kind.queue if n.kind else _WAIT_QUEUE for n in nodes],
+            [n.kind.max_attempts if n.kind else 1 for n in nodes],
+            [len(n.after) for n in nodes],
+            [n.timeout for n in nodes],
+            parents,
+            children,
+        )
+
+    async def _insert(
+        self,
+        client: Any,
+        conn: db.Conn,
+        key: str | None,
+        encoded: str,
+        result_node: str | None,
+        opts: Options,
+        plan: tuple[list[Any], ...],
+    ) -> tuple[uuid.UUID, bool]:
+        q = client.queries
+        priority = 0 if opts.priority is None else opts.priority
+        for _ in range(_KEY_TRIES):
+            run_id = uuid7()
+            inserted = await db.workflow_insert(
+                conn,
+                q,
+                run_id,
+                self.name,
+                encoded,
+                result_node,
+                key,
+                len(self._nodes),
+                opts.run_deadline,
+                priority,
+                opts.process_at,
+                *plan,
+            )
+            if inserted is not None:
+                return inserted, True
+            assert key is not None  # only a keyed insert can insert nothing
+            existing = await db.workflow_find_key(conn, q, self.name, key, encoded)
+            if existing is not None:
+                if not existing["same_input"]:
+                    raise SubmitConflictError(self.name, key, existing["id"])
+                return existing["id"], False
+            # The key's run was purged between the two statements: the key is free again.
+        raise RuntimeError(f"submit key {key!r} of {self.name!r} kept changing hands")
+
+
+class ResultWorkflow(Workflow[In], Generic[In, Out]):
+    """A workflow whose run has a typed result: the output of its result node."""
+
+    def __init__(self, name: str, input_type: Any, output_type: Any) -> None:
+        super().__init__(name, input_type)
+        self.output_type = output_type
+
+    def set_result(self, node: Node) -> None:
+        """Make ``node`` (a step node of this workflow) the run's result."""
+        if not isinstance(node, Node) or self._nodes.get(node.name) is not node:
+            raise UnknownKindError(f"{node!r} is not a node of workflow {self.name!r}")
+        if node.kind is not None and not _accepts(self.output_type, node.kind.output_type):
+            raise InvalidInputError(
+                f"node {node.name!r} outputs {node.kind.output_type!r}, "
+                f"not the workflow result {self.output_type!r}"
+            )
+        self._result = node.name
+
+    def _result_node(self) -> str | None:
+        if self._result is None:
+            raise InvalidInputError(f"result workflow {self.name!r} has no result node set")
+        return self._result
+
+    def _handle(self, client: Any, run_id: uuid.UUID) -> ResultRun[Out]:
+        return ResultRun(client, run_id, self.output_type)
+
+    async def submit(self, client: Any, input: In, **options: Any) -> ResultRun[Out]:
+        """Submit a new run; ``await run.result()`` gives the typed result."""
+        run = await super().submit(client, input, **options)
+        assert isinstance(run, ResultRun)
+        return run
+
+    async def submit_tx(self, client: Any, tx: Tx, input: In, **options: Any) -> ResultRun[Out]:
+        """Submit a new run in the caller's transaction."""
+        run = await super().submit_tx(client, tx, input, **options)
+        assert isinstance(run, ResultRun)
+        return run
+
+    async def submit_once(
+        self, client: Any, key: str, input: In, **options: Any
+    ) -> tuple[ResultRun[Out], bool]:
+        """The one run of ``key``, with a typed result."""
+        run, created = await super().submit_once(client, key, input, **options)
+        assert isinstance(run, ResultRun)
+        return run, created
+
+    async def submit_once_tx(
+        self, client: Any, tx: Tx, key: str, input: In, **options: Any
+    ) -> tuple[ResultRun[Out], bool]:
+        """``submit_once`` in the caller's transaction, with a typed result."""
+        run, created = await super().submit_once_tx(client, tx, key, input, **options)
+        assert isinstance(run, ResultRun)
+        return run, created
+
+
+def _accepts(wanted: Any, given: Any) -> bool:
+    if wanted is Any or wanted is object or wanted == given:
+        return True
+    return isinstance(wanted, type) and isinstance(given, type) and issubclass(given, wanted)
+
+
+@overload
+def define(name: str, input_type: type[In]) -> Workflow[In]: ...
+@overload
+def define(name: str, input_type: Any) -> Workflow[Any]: ...
+def define(name: str, input_type: Any) -> Workflow[Any]:
+    """Define a workflow named ``name`` taking ``input_type``; add nodes with ``node``."""
+    return Workflow(name, input_type)
+
+
+def define_result(
+    name: str, input_type: type[In], output_type: type[Out]
+) -> ResultWorkflow[In, Out]:
+    """Define a workflow with a typed result; pick the result node with ``set_result``."""
+    return ResultWorkflow(name, input_type, output_type)

@@ -1,0 +1,544 @@
+-- Every statement Cyclone sends at run time, by name. Loaded once at import; __schema__ is
+-- replaced by the client's validated, quoted schema. JSON travels as text cast to jsonb and
+-- comes back as ::text, so a caller's connection codecs never change it.
+--
+-- Lock order, everywhere a transition touches several rows: runs (by id), then tasks (by id),
+-- then steps. Statements that must decide on a run's current state lock the run in a statement
+-- of their own first (run_lock_many), so the next statement's snapshot sees every commit that
+-- came before the lock.
+
+-- name: migrations_lock
+SELECT pg_advisory_xact_lock(1668899692, hashtext($1));
+
+-- name: schema_create
+CREATE SCHEMA IF NOT EXISTS __schema__;
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS __schema__.cyclone_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: migrations_applied
+SELECT version FROM __schema__.cyclone_migrations ORDER BY version;
+
+-- name: migrations_record
+INSERT INTO __schema__.cyclone_migrations (version, name) VALUES ($1, $2);
+
+-- name: sequence_lock
+-- Enqueuers of one sequence take turns until commit, so task ids (the sequence order) are
+-- handed out in commit order and a claim never sees a later id before an earlier one.
+SELECT pg_advisory_xact_lock(1668899693, hashtext($1 || chr(31) || $2));
+
+-- name: job_insert_many
+-- Standalone jobs: a run row and a task row each, tasks in input order (the sequence order).
+-- A unique key held by an active run inserts nothing; ON CONFLICT keeps the caller's
+-- transaction usable where an error would abort it.
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
+         deadline)
+    SELECT i.id, $3, true, i.input::jsonb, $4, $9, 1, 1, $5, $7, $10
+    FROM unnest($1::uuid[], $2::text[]) AS i (id, input)
+    ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
+    DO NOTHING
+    RETURNING r.id
+), task AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
+    SELECT i.id, $3, $4, $5, coalesce($6, now()), $7, $8
+    FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
+    WHERE i.id IN (SELECT id FROM run)
+    ORDER BY i.ord
+)
+SELECT count(*)::int FROM run;
+
+-- name: job_find_unique
+SELECT id FROM __schema__.cyclone_runs
+WHERE name = $1 AND unique_key = $2 AND state = 'pending';
+
+-- name: workflow_insert
+-- A workflow run, its steps and its edges in one statement; roots get tasks (or wait).
+-- A key already taken inserts nothing (submit_once then compares inputs).
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline)
+    VALUES ($1, $2, false, $3::jsonb, $4, $5, $6, $6, $8, $7)
+    ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
+    RETURNING r.id
+), node AS (
+    SELECT * FROM unnest($10::text[], $11::text[], $12::text[], $13::int[], $14::int[],
+                         $15::float8[])
+        AS n (node, kind, queue, max_attempts, deps, wait_timeout)
+), steps AS (
+    INSERT INTO __schema__.cyclone_steps
+        (run_id, node, kind, queue, priority, max_attempts, state, pending_deps,
+         wait_timeout, wait_until)
+    SELECT run.id, n.node, n.kind, n.queue, $8, n.max_attempts,
+           CASE WHEN n.deps > 0 THEN 'pending'
+                WHEN n.kind IS NULL THEN 'waiting' ELSE 'queued' END,
+           n.deps, n.wait_timeout,
+           CASE WHEN n.deps = 0 AND n.kind IS NULL
+                THEN now() + make_interval(secs => n.wait_timeout) END
+    FROM run, node n
+), edges AS (
+    INSERT INTO __schema__.cyclone_edges (run_id, parent, child)
+    SELECT run.id, e.parent, e.child
+    FROM run, unnest($16::text[], $17::text[]) AS e (parent, child)
+), tasks AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, available_at, max_attempts)
+    SELECT run.id, n.node, n.kind, n.queue, $8, coalesce($9, now()), n.max_attempts
+    FROM run, node n
+    WHERE n.deps = 0 AND n.kind IS NOT NULL
+)
+SELECT id FROM run;
+
+-- name: workflow_find_key
+-- submit_once's slow path: the key's run, and whether its input equals this call's as jsonb.
+SELECT id, input = $3::jsonb AS same_input, result_node
+FROM __schema__.cyclone_runs WHERE name = $1 AND key = $2;
+
+-- name: task_claim
+-- Claim up to $3 available tasks of one queue for kinds this worker serves. SKIP LOCKED lets
+-- workers claim side by side; a sequenced task is claimable only while no earlier task of its
+-- sequence is live (available, running, or failed and blocking).
+WITH picked AS (
+    SELECT t.id
+    FROM __schema__.cyclone_tasks t
+    WHERE t.state = 'available' AND t.queue = $1 AND t.available_at <= now()
+      AND t.kind = ANY ($2::text[])
+      AND (t.sequence_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM __schema__.cyclone_tasks h
+            WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key AND h.id < t.id))
+    ORDER BY t.priority DESC, t.available_at, t.id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE __schema__.cyclone_tasks t
+SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
+    lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
+FROM picked, __schema__.cyclone_runs r
+WHERE t.id = picked.id AND r.id = t.run_id
+RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
+    r.name, r.input::text AS input,
+    (SELECT jsonb_object_agg(e.parent, s.output)::text
+     FROM __schema__.cyclone_edges e
+     JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
+     WHERE e.run_id = t.run_id AND e.child = t.node) AS deps;
+
+-- name: task_heartbeat
+-- Extend the leases of tasks this worker still owns; a task missing from the result was
+-- cancelled or reclaimed, and its handler must stop.
+WITH mine AS (
+    SELECT t.id
+    FROM __schema__.cyclone_tasks t
+    JOIN unnest($1::bigint[], $2::int[]) AS h (id, claims) ON t.id = h.id AND t.claims = h.claims
+    WHERE t.state = 'running'
+    ORDER BY t.id
+    FOR UPDATE OF t
+)
+UPDATE __schema__.cyclone_tasks t SET lease_until = now() + make_interval(secs => $3)
+FROM mine WHERE t.id = mine.id
+RETURNING t.id;
+
+-- name: run_lock_many
+SELECT id, state FROM __schema__.cyclone_runs
+WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE;
+
+-- name: job_complete_many
+-- Completed attempts of standalone jobs (runs locked by the caller): the task row goes,
+-- the run row takes the output. A task no longer owned by its attempt (reclaimed,
+-- cancelled) matches nothing: that completion is rejected.
+WITH fenced AS (
+    SELECT t.id, c.output
+    FROM __schema__.cyclone_tasks t
+    JOIN unnest($1::bigint[], $2::int[], $3::text[]) AS c (id, claims, output)
+      ON t.id = c.id AND t.claims = c.claims
+    WHERE t.state = 'running'
+    ORDER BY t.id
+    FOR UPDATE OF t
+), done AS (
+    DELETE FROM __schema__.cyclone_tasks t USING fenced f WHERE t.id = f.id
+    RETURNING t.id, t.run_id, t.attempt, t.errors, f.output
+)
+UPDATE __schema__.cyclone_runs r
+SET state = 'completed', output = d.output::jsonb, remaining = 0, attempts = d.attempt,
+    errors = d.errors, finished_at = now()
+FROM done d
+WHERE r.id = d.run_id AND r.state = 'pending'
+RETURNING d.id, r.id AS run_id;
+
+-- name: node_finish_many
+-- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
+WITH fenced AS (
+    SELECT t.id, c.output
+    FROM __schema__.cyclone_tasks t
+    JOIN unnest($1::bigint[], $2::int[], $3::text[]) AS c (id, claims, output)
+      ON t.id = c.id AND t.claims = c.claims
+    WHERE t.state = 'running'
+    ORDER BY t.id
+    FOR UPDATE OF t
+), done AS (
+    DELETE FROM __schema__.cyclone_tasks t USING fenced f WHERE t.id = f.id
+    RETURNING t.id, t.run_id, t.node, t.attempt, t.errors, f.output
+)
+UPDATE __schema__.cyclone_steps s
+SET state = 'completed', output = d.output::jsonb, attempts = d.attempt, errors = d.errors,
+    finished_at = now()
+FROM done d
+WHERE s.run_id = d.run_id AND s.node = d.node
+RETURNING d.id, s.run_id, s.node;
+
+-- name: wait_finish_many
+-- Signalled wait nodes complete with their signal as output.
+UPDATE __schema__.cyclone_steps s
+SET state = 'completed', output = s.signal, wait_until = NULL, finished_at = now()
+FROM unnest($1::uuid[], $2::text[]) AS w (run_id, node)
+WHERE s.run_id = w.run_id AND s.node = w.node AND s.state = 'waiting' AND s.signal IS NOT NULL
+RETURNING s.run_id, s.node;
+
+-- name: node_advance
+-- After nodes completed (runs locked by the caller, so their states are current): count down
+-- each child's dependencies, release the children left with none while the run is open,
+-- count the run down and complete it at zero. Returns the queues that got work, signalled
+-- wait nodes that became reachable (the caller finishes them and advances again), and runs
+-- that ended.
+WITH done AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[]) AS d (run_id, node)
+), released AS (
+    UPDATE __schema__.cyclone_steps c
+    SET pending_deps = c.pending_deps - x.n,
+        state = CASE WHEN c.pending_deps = x.n AND x.open
+                     THEN CASE WHEN c.kind IS NULL THEN 'waiting' ELSE 'queued' END
+                     ELSE c.state END,
+        wait_until = CASE WHEN c.pending_deps = x.n AND x.open AND c.kind IS NULL
+                          THEN now() + make_interval(secs => c.wait_timeout) END
+    FROM (
+        SELECT e.run_id, e.child, count(*)::int AS n, bool_and(r.state = 'pending') AS open
+        FROM done d
+        JOIN __schema__.cyclone_edges e ON e.run_id = d.run_id AND e.parent = d.node
+        JOIN __schema__.cyclone_runs r ON r.id = d.run_id
+        GROUP BY e.run_id, e.child
+    ) x
+    WHERE c.run_id = x.run_id AND c.node = x.child
+    RETURNING c.run_id, c.node, c.kind, c.queue, c.priority, c.max_attempts, c.state,
+              c.pending_deps, c.signal IS NOT NULL AS signalled
+), queued AS (
+    INSERT INTO __schema__.cyclone_tasks (run_id, node, kind, queue, priority, max_attempts)
+    SELECT run_id, node, kind, queue, priority, max_attempts
+    FROM released WHERE state = 'queued' AND pending_deps = 0
+), counted AS (
+    UPDATE __schema__.cyclone_runs r
+    SET remaining = r.remaining - x.n,
+        state = CASE WHEN r.state = 'pending' AND r.remaining = x.n
+                     THEN 'completed' ELSE r.state END,
+        finished_at = CASE WHEN r.state = 'pending' AND r.remaining = x.n
+                           THEN now() ELSE r.finished_at END
+    FROM (SELECT run_id, count(*)::int AS n FROM done GROUP BY run_id) x
+    WHERE r.id = x.run_id
+    RETURNING r.id, r.state
+)
+SELECT 'queue' AS what, queue AS value, NULL::uuid AS run_id, NULL::text AS node
+FROM released WHERE state = 'queued' AND pending_deps = 0
+UNION ALL
+SELECT 'signalled', NULL, run_id, node
+FROM released WHERE state = 'waiting' AND pending_deps = 0 AND signalled
+UNION ALL
+SELECT 'ended', state, id, NULL FROM counted WHERE state <> 'pending';
+
+-- name: task_retry_many
+-- Attempts that failed with attempts left, or snoozed ($5: give the attempt back): the task
+-- becomes available again after its delay, keeping the error of the attempt.
+WITH fenced AS (
+    SELECT t.id, c.delay, c.error, c.refund
+    FROM __schema__.cyclone_tasks t
+    JOIN unnest($1::bigint[], $2::int[], $3::float8[], $4::text[], $5::bool[])
+        AS c (id, claims, delay, error, refund)
+      ON t.id = c.id AND t.claims = c.claims
+    WHERE t.state = 'running'
+    ORDER BY t.id
+    FOR UPDATE OF t
+)
+UPDATE __schema__.cyclone_tasks t
+SET state = 'available', available_at = now() + make_interval(secs => f.delay),
+    lease_until = NULL, worker = NULL,
+    attempt = t.attempt - f.refund::int,
+    errors = CASE WHEN f.error IS NULL THEN t.errors ELSE t.errors || f.error::jsonb END
+FROM fenced f
+WHERE t.id = f.id
+RETURNING t.id, t.queue;
+
+-- name: job_fail
+-- A job's last attempt failed (its run locked by the caller). A sequenced job keeps its
+-- task row, failed, so that the rest of its sequence waits until it is retried or cancelled.
+WITH gone AS (
+    DELETE FROM __schema__.cyclone_tasks t
+    WHERE t.id = $1 AND t.claims = $2 AND t.state = 'running' AND t.sequence_key IS NULL
+    RETURNING t.run_id, t.attempt, t.errors || $3::jsonb AS errors
+), blocking AS (
+    UPDATE __schema__.cyclone_tasks t
+    SET state = 'failed', lease_until = NULL, worker = NULL, errors = t.errors || $3::jsonb
+    WHERE t.id = $1 AND t.claims = $2 AND t.state = 'running' AND t.sequence_key IS NOT NULL
+    RETURNING t.run_id, t.attempt, t.errors
+)
+UPDATE __schema__.cyclone_runs r
+SET state = 'failed', attempts = x.attempt, errors = x.errors, error = $3::jsonb,
+    finished_at = now()
+FROM (SELECT * FROM gone UNION ALL SELECT * FROM blocking) x
+WHERE r.id = x.run_id AND r.state = 'pending'
+RETURNING r.id;
+
+-- name: node_fail
+-- A workflow node's last attempt failed (its run locked by the caller): the node fails.
+WITH gone AS (
+    DELETE FROM __schema__.cyclone_tasks t
+    WHERE t.id = $1 AND t.claims = $2 AND t.state = 'running'
+    RETURNING t.run_id, t.node, t.attempt, t.errors
+)
+UPDATE __schema__.cyclone_steps s
+SET state = 'failed', attempts = g.attempt, errors = g.errors || $3::jsonb, finished_at = now()
+FROM gone g
+WHERE s.run_id = g.run_id AND s.node = g.node
+RETURNING s.run_id, s.node;
+
+-- name: wait_expire_due
+-- Wait nodes whose timeout passed.
+SELECT run_id, node FROM __schema__.cyclone_steps
+WHERE state = 'waiting' AND wait_until IS NOT NULL AND wait_until <= now()
+ORDER BY wait_until LIMIT $1;
+
+-- name: wait_expire
+-- Fail one wait node whose timeout passed (its run locked by the caller).
+UPDATE __schema__.cyclone_steps
+SET state = 'failed', errors = errors || $3::jsonb, wait_until = NULL, finished_at = now()
+WHERE run_id = $1 AND node = $2 AND state = 'waiting' AND wait_until <= now()
+RETURNING run_id;
+
+-- name: run_fail
+-- Fail a pending run (locked by the caller) so that it starts nothing more: drop its
+-- unclaimed tasks ($3: running ones too, whose handlers are then cancelled) and park
+-- their steps; a retry releases them again.
+WITH r AS (
+    UPDATE __schema__.cyclone_runs SET state = 'failed', error = $2::jsonb, finished_at = now()
+    WHERE id = $1 AND state = 'pending'
+    RETURNING id
+), doomed AS (
+    SELECT t.id FROM __schema__.cyclone_tasks t
+    WHERE t.run_id IN (SELECT id FROM r) AND (t.state = 'available' OR $3::bool)
+    ORDER BY t.id
+    FOR UPDATE
+), dropped AS (
+    DELETE FROM __schema__.cyclone_tasks t USING doomed d WHERE t.id = d.id RETURNING t.node
+)
+UPDATE __schema__.cyclone_steps s SET state = 'pending', wait_until = NULL
+WHERE s.run_id IN (SELECT id FROM r)
+  AND (s.node IN (SELECT node FROM dropped) OR s.state = 'waiting');
+
+-- name: run_deadline_due
+SELECT id FROM __schema__.cyclone_runs
+WHERE deadline IS NOT NULL AND deadline <= now() AND state = 'pending'
+ORDER BY deadline LIMIT $1;
+
+-- name: task_reclaim
+-- Tasks whose lease expired (their worker died or stalled), attempts left: back to
+-- available at once, the lost attempt recorded as an error.
+WITH expired AS (
+    SELECT id FROM __schema__.cyclone_tasks
+    WHERE state = 'running' AND lease_until < now() AND attempt < max_attempts
+    ORDER BY id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE __schema__.cyclone_tasks t
+SET state = 'available', available_at = now(), lease_until = NULL, worker = NULL,
+    errors = t.errors || jsonb_build_object(
+        'attempt', t.attempt, 'type', 'LeaseExpired', 'at', now(),
+        'message', 'the lease expired: worker ' || coalesce(t.worker, '?') || ' stopped renewing it')
+FROM expired e
+WHERE t.id = e.id
+RETURNING t.id, t.queue;
+
+-- name: task_expired_exhausted
+-- Tasks whose lease expired on their last attempt: the caller fails them as any last attempt.
+SELECT id, claims, run_id, node, attempt, worker FROM __schema__.cyclone_tasks
+WHERE state = 'running' AND lease_until < now() AND attempt >= max_attempts
+ORDER BY id LIMIT $1;
+
+-- name: run_cancel
+-- Cancel a run (locked by the caller) that is pending, or failed (a failed sequenced job
+-- blocks its sequence until cancelled). Handlers of dropped tasks stop at their next heartbeat.
+WITH r AS (
+    UPDATE __schema__.cyclone_runs SET state = 'cancelled', finished_at = now()
+    WHERE id = $1 AND state IN ('pending', 'failed')
+    RETURNING id
+), doomed AS (
+    SELECT t.id FROM __schema__.cyclone_tasks t
+    WHERE t.run_id IN (SELECT id FROM r) ORDER BY t.id FOR UPDATE
+), dropped AS (
+    DELETE FROM __schema__.cyclone_tasks t USING doomed d WHERE t.id = d.id
+), steps AS (
+    UPDATE __schema__.cyclone_steps SET state = 'cancelled', wait_until = NULL
+    WHERE run_id IN (SELECT id FROM r) AND state NOT IN ('completed', 'failed')
+)
+SELECT count(*)::int FROM r;
+
+-- name: run_reopen
+-- Re-open a failed run (locked by the caller), resetting its failed nodes ($2: only that
+-- node) with a fresh attempt budget. The run re-opens once no failed node is left.
+WITH reset AS (
+    UPDATE __schema__.cyclone_steps
+    SET state = 'pending', attempts = 0, finished_at = NULL
+    WHERE run_id = $1 AND state = 'failed' AND ($2::text IS NULL OR node = $2)
+    RETURNING node
+)
+UPDATE __schema__.cyclone_runs r
+SET state = 'pending', error = NULL, finished_at = NULL
+WHERE r.id = $1 AND r.state = 'failed'
+  AND NOT EXISTS (
+      SELECT 1 FROM __schema__.cyclone_steps s
+      WHERE s.run_id = $1 AND s.state = 'failed' AND s.node NOT IN (SELECT node FROM reset))
+RETURNING r.id, (SELECT count(*)::int FROM reset) AS reset;
+
+-- name: job_reopen
+-- Re-open a failed job (locked by the caller) with a fresh attempt budget: revive its
+-- blocking task if it kept one, else queue a new task.
+WITH r AS (
+    UPDATE __schema__.cyclone_runs
+    SET state = 'pending', error = NULL, finished_at = NULL, attempts = 0
+    WHERE id = $1 AND state = 'failed'
+    RETURNING id, name, queue, priority, max_attempts
+), revived AS (
+    UPDATE __schema__.cyclone_tasks t
+    SET state = 'available', attempt = 0, available_at = now()
+    WHERE t.run_id IN (SELECT id FROM r) AND t.state = 'failed'
+    RETURNING t.id
+), queued AS (
+    INSERT INTO __schema__.cyclone_tasks (run_id, kind, queue, priority, max_attempts)
+    SELECT id, name, queue, priority, max_attempts FROM r
+    WHERE NOT EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t WHERE t.run_id = r.id)
+)
+SELECT queue FROM r;
+
+-- name: run_release
+-- Queue the nodes of an open run (locked by the caller) whose dependencies are all done:
+-- after a re-open. Returns the queues that got work and the signalled wait nodes.
+WITH open_run AS (
+    SELECT id FROM __schema__.cyclone_runs WHERE id = $1 AND state = 'pending'
+), released AS (
+    UPDATE __schema__.cyclone_steps s
+    SET state = CASE WHEN s.kind IS NULL THEN 'waiting' ELSE 'queued' END,
+        wait_until = CASE WHEN s.kind IS NULL
+                          THEN now() + make_interval(secs => s.wait_timeout) END
+    WHERE s.run_id IN (SELECT id FROM open_run) AND s.state = 'pending' AND s.pending_deps = 0
+    RETURNING s.run_id, s.node, s.kind, s.queue, s.priority, s.max_attempts,
+              s.signal IS NOT NULL AS signalled
+), queued AS (
+    INSERT INTO __schema__.cyclone_tasks (run_id, node, kind, queue, priority, max_attempts)
+    SELECT run_id, node, kind, queue, priority, max_attempts FROM released
+    WHERE kind IS NOT NULL
+)
+SELECT kind IS NULL AS wait, queue, node, signalled FROM released;
+
+-- name: wait_signal
+-- Store a wait node's signal; the caller holds the run's lock. Returns the node's state.
+UPDATE __schema__.cyclone_steps SET signal = $3::jsonb
+WHERE run_id = $1 AND node = $2 AND kind IS NULL AND signal IS NULL
+RETURNING state;
+
+-- name: step_get
+SELECT kind, signal IS NOT NULL AS signalled FROM __schema__.cyclone_steps
+WHERE run_id = $1 AND node = $2;
+
+-- name: run_status
+SELECT CASE
+    WHEN r.state <> 'pending' THEN r.state
+    WHEN r.remaining < r.nodes THEN 'running'
+    WHEN EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t
+                 WHERE t.run_id = r.id AND (t.state = 'running' OR t.attempt > 0))
+        THEN 'running'
+    ELSE 'pending' END AS state
+FROM __schema__.cyclone_runs r WHERE r.id = $1;
+
+-- name: run_result
+SELECT r.state, r.job, r.result_node, r.error::text AS error,
+    CASE WHEN r.job THEN r.output::text
+         ELSE (SELECT s.output::text FROM __schema__.cyclone_steps s
+               WHERE s.run_id = r.id AND s.node = r.result_node) END AS output
+FROM __schema__.cyclone_runs r WHERE r.id = $1;
+
+-- name: run_list
+-- Newest first; keyset pagination on the time-ordered id. Every filter is optional.
+SELECT r.id, r.name, r.job, r.key, r.created_at, r.finished_at, r.error::text AS error,
+    CASE
+        WHEN r.state <> 'pending' THEN r.state
+        WHEN r.remaining < r.nodes THEN 'running'
+        WHEN EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t
+                     WHERE t.run_id = r.id AND (t.state = 'running' OR t.attempt > 0))
+            THEN 'running'
+        ELSE 'pending' END AS state
+FROM __schema__.cyclone_runs r
+WHERE ($1::uuid IS NULL OR r.id = $1)
+  AND ($2::text IS NULL OR r.name = $2)
+  AND ($3::text IS NULL OR r.key = $3)
+  AND ($4::timestamptz IS NULL OR r.created_at >= $4)
+  AND ($5::timestamptz IS NULL OR r.created_at < $5)
+  AND ($6::uuid IS NULL OR r.id < $6)
+  AND ($7::text[] IS NULL OR r.state = ANY ($7) OR (r.state = 'pending' AND (
+        CASE WHEN r.remaining < r.nodes THEN 'running'
+             WHEN EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t
+                          WHERE t.run_id = r.id AND (t.state = 'running' OR t.attempt > 0))
+                 THEN 'running'
+             ELSE 'pending' END) = ANY ($7)))
+ORDER BY r.id DESC
+LIMIT $8;
+
+-- name: run_nodes
+-- Each node's state: a queued node's live task tells available, scheduled or running.
+SELECT s.node, s.kind,
+    CASE WHEN s.state <> 'queued' THEN s.state
+         WHEN t.state = 'running' THEN 'running'
+         WHEN t.available_at > now() THEN 'scheduled'
+         ELSE 'available' END AS state,
+    coalesce(t.attempt, s.attempts) AS attempts,
+    coalesce(t.errors, s.errors)::text AS errors
+FROM __schema__.cyclone_steps s
+LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = s.run_id AND t.node = s.node
+WHERE s.run_id = $1
+UNION ALL
+SELECT r.name, r.name,
+    CASE WHEN t.state = 'running' THEN 'running'
+         WHEN t.state = 'failed' THEN 'failed'
+         WHEN t.available_at > now() THEN 'scheduled'
+         WHEN t.id IS NOT NULL THEN 'available'
+         ELSE r.state END,
+    coalesce(t.attempt, r.attempts), coalesce(t.errors, r.errors)::text
+FROM __schema__.cyclone_runs r
+LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = r.id
+WHERE r.id = $1 AND r.job;
+
+-- name: run_purge
+-- Delete up to $3 terminal runs in the states $2 that ended before $1, with their steps,
+-- edges and leftover tasks. SKIP LOCKED: a run being retried or read is left for later.
+WITH doomed AS (
+    SELECT id FROM __schema__.cyclone_runs
+    WHERE state = ANY ($2::text[]) AND state <> 'pending' AND finished_at < $1
+    ORDER BY finished_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), steps AS (
+    DELETE FROM __schema__.cyclone_steps WHERE run_id IN (SELECT id FROM doomed)
+), edges AS (
+    DELETE FROM __schema__.cyclone_edges WHERE run_id IN (SELECT id FROM doomed)
+), tasks AS (
+    DELETE FROM __schema__.cyclone_tasks WHERE run_id IN (SELECT id FROM doomed)
+), runs AS (
+    DELETE FROM __schema__.cyclone_runs WHERE id IN (SELECT id FROM doomed) RETURNING id
+)
+SELECT count(*)::int FROM runs;
+
+-- name: wakeup_notify
+-- One NOTIFY per payload, sent by Cyclone on its own connection, never in a caller's
+-- transaction.
+SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p;

@@ -1,0 +1,280 @@
+"""Throwaway PostgreSQL servers for the test suite and the embedded-dev quickstart.
+
+:func:`postgres_server` tries these sources in order and yields the first that works:
+
+1. ``$CYCLONE_TEST_DSN`` (or the variable named by ``env_var``): an existing server, used as is;
+   nothing is started or stopped.
+2. testcontainers (``postgres:16-alpine``), but only when a Docker engine answers a ~1 s socket
+   ping, so machines without Docker fall through at once instead of waiting on the docker client.
+3. A temporary cluster built with ``initdb``/``pg_ctl`` from ``PATH`` or the highest version under
+   ``/usr/lib/postgresql/*/bin``, listening on a free port of 127.0.0.1 only.
+4. The ``pgserver`` wheel, which bundles its own PostgreSQL binaries.
+
+PostgreSQL refuses to run as root, and CI containers and dev sandboxes often run everything as
+root. In that case the initdb cluster is created and served by an unprivileged account (the
+``postgres`` OS user if present, else ``nobody``) that owns a fresh temporary directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import glob
+import importlib
+import logging
+import os
+import pwd
+import shlex
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, quote, urlsplit
+
+import asyncpg
+
+__all__ = ["PostgresServer", "PostgresUnavailableError", "describe", "postgres_server"]
+
+logger = logging.getLogger("cyclone.testing")
+
+_STARTUP_TIMEOUT = 60  # seconds; generous because CI machines are small and loaded
+_START_ATTEMPTS = 3  # a port picked as free can be grabbed by someone else before we bind it
+_INITDB_OPTIONS = ("--username=postgres", "--auth=trust", "--encoding=UTF8", "--locale=C")
+_BASE_SETTINGS = {"max_connections": "200", "shared_buffers": "128MB"}
+# Crash safety is pointless for a cluster that is deleted afterwards, and it costs a lot of time.
+_FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    """A reachable PostgreSQL server: an asyncpg-compatible DSN and where it came from."""
+
+    dsn: str
+    source: str
+
+    def dsn_for(self, database: str) -> str:
+        """Return the DSN of another database on the same server."""
+        return urlsplit(self.dsn)._replace(path="/" + quote(database, safe="")).geturl()
+
+
+class PostgresUnavailableError(RuntimeError):
+    """No source could provide a server; the message lists every source and why it failed."""
+
+
+def describe(server: PostgresServer) -> str:
+    """One line saying where the server came from and where it listens."""
+    url = urlsplit(server.dsn)
+    where = url.netloc.rpartition("@")[2] or dict(parse_qsl(url.query)).get("host", "local socket")
+    return f"PostgreSQL from {server.source} at {where}"
+
+
+@contextlib.contextmanager
+def postgres_server(
+    *,
+    env_var: str = "CYCLONE_TEST_DSN",
+    settings: Mapping[str, str] | None = None,
+    durable: bool = False,
+) -> Iterator[PostgresServer]:
+    """Yield a PostgreSQL server from the first working source; stop it on exit if we started it.
+
+    ``settings`` adds or overrides server settings (``-c name=value``) and ``durable=True`` keeps
+    PostgreSQL's crash-safety defaults; both apply only to servers started by testcontainers or
+    initdb, not to an existing server from ``env_var`` or to pgserver.
+    """
+    if dsn := os.environ.get(env_var):
+        server = PostgresServer(dsn, env_var)
+        logger.info("Using %s", describe(server))
+        yield server
+        return
+    tuning = {**_BASE_SETTINGS, **({} if durable else _FAST_SETTINGS), **(settings or {})}
+    sources: list[tuple[str, Callable[[], contextlib.AbstractContextManager[PostgresServer]]]] = [
+        ("testcontainers", lambda: _from_testcontainers(tuning)),
+        ("initdb", lambda: _from_initdb(tuning)),
+        ("pgserver", _from_pgserver),
+    ]
+    failures = [f"{env_var}: not set"]
+    with contextlib.ExitStack() as stack:
+        for name, source in sources:
+            try:
+                server = stack.enter_context(source())
+            except Exception as exc:  # any failure just means "try the next source"
+                logger.debug("PostgreSQL source %s unavailable: %s", name, exc)
+                failures.append(f"{name}: {type(exc).__name__}: {exc}")
+                continue
+            logger.info("Using %s", describe(server))
+            yield server
+            return
+    raise PostgresUnavailableError(
+        "no PostgreSQL server available; tried:\n" + "\n".join(f"- {f}" for f in failures)
+    )
+
+
+def _ping_docker() -> None:
+    """Raise unless a Docker engine answers; a bare socket is far cheaper than a docker client."""
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    url = urlsplit(host)
+    if url.scheme not in ("unix", "tcp") or os.environ.get("DOCKER_TLS_VERIFY"):
+        return  # ssh:// or TLS: no cheap plaintext ping, so let testcontainers find out
+    try:
+        if url.scheme == "tcp":
+            sock = socket.create_connection((url.hostname or "localhost", url.port or 2375), 1.0)
+        else:
+            sock = socket.socket(socket.AF_UNIX)
+        with sock:
+            sock.settimeout(1.0)
+            if url.scheme == "unix":
+                sock.connect(url.path)
+            sock.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+            reply = sock.recv(4096)
+    except OSError as exc:
+        raise RuntimeError(f"no Docker engine at {host}: {exc}") from None
+    # Any HTTP server (or a transparent proxy) answers; only Docker and Podman send Api-Version.
+    if b"\napi-version:" not in reply.lower():
+        raise RuntimeError(f"no Docker engine at {host}: got {reply[:40]!r}")
+
+
+@contextlib.contextmanager
+def _from_testcontainers(tuning: Mapping[str, str]) -> Iterator[PostgresServer]:
+    _ping_docker()
+    try:
+        from testcontainers.community.postgres import PostgresContainer
+    except ImportError:  # testcontainers releases before the "community" package layout
+        from testcontainers.postgres import PostgresContainer
+
+    # The image's entrypoint prepends "postgres" to a command that starts with an option.
+    command = [arg for name, value in tuning.items() for arg in ("-c", f"{name}={value}")]
+    with PostgresContainer("postgres:16-alpine").with_command(command) as container:
+        yield PostgresServer(container.get_connection_url(driver=None), "testcontainers")
+
+
+def _find_bindir() -> Path:
+    candidates: list[Path] = []
+    if on_path := shutil.which("initdb"):
+        # Resolve symlinks such as /usr/local/bin/initdb so the source names the real install.
+        candidates.append(Path(on_path).resolve().parent)
+    versioned = [Path(d) for d in glob.glob("/usr/lib/postgresql/*/bin")]
+    candidates += sorted(versioned, key=_major_minor, reverse=True)
+    for bindir in candidates:
+        if (bindir / "initdb").is_file() and (bindir / "pg_ctl").is_file():
+            return bindir
+    raise FileNotFoundError("no initdb/pg_ctl on PATH or under /usr/lib/postgresql/*/bin")
+
+
+def _major_minor(bindir: Path) -> tuple[int, ...]:
+    # Numeric, so that 15 sorts above 9.6.
+    return tuple(int(part) for part in bindir.parent.name.split(".") if part.isdigit())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _wait_until_accepting(dsn: str) -> None:
+    deadline = asyncio.get_running_loop().time() + _STARTUP_TIMEOUT
+    while True:
+        try:
+            conn = await asyncpg.connect(dsn, timeout=10)
+        except (OSError, asyncpg.PostgresError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+        else:
+            await conn.close()
+            return
+
+
+@contextlib.contextmanager
+def _from_initdb(tuning: Mapping[str, str]) -> Iterator[PostgresServer]:
+    bindir = _find_bindir()
+    account: pwd.struct_passwd | None = None
+    if os.geteuid() == 0:
+        try:
+            account = pwd.getpwnam("postgres")
+        except KeyError:
+            account = pwd.getpwnam("nobody")
+    tmp = Path(tempfile.mkdtemp(prefix="cyclone-pg-"))
+    data, log = tmp / "data", tmp / "server.log"
+
+    def run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(bindir / args[0]), *args[1:]],
+            cwd=tmp,  # the server account may not be able to enter our working directory
+            user=account.pw_uid if account else None,
+            group=account.pw_gid if account else None,
+            extra_groups=[] if account else None,  # do not leak root's supplementary groups
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            check=False,
+        )
+
+    def stop() -> None:
+        # Idempotent and silent: it may run twice (atexit, then the finally clause of a generator
+        # closed at shutdown), and the server may already be gone. rmtree removes the pid file.
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            if (data / "postmaster.pid").exists():
+                run("pg_ctl", f"--pgdata={data}", "--mode=immediate", "--wait", "stop", timeout=90)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    # Also stop at interpreter exit, so an aborted test session does not leak a server.
+    atexit.register(stop)
+    try:
+        data.mkdir(mode=0o700)
+        if account:
+            for path in (tmp, data):
+                os.chown(path, account.pw_uid, account.pw_gid)
+        init = run("initdb", f"--pgdata={data}", *_INITDB_OPTIONS, timeout=120)
+        if init.returncode:
+            raise RuntimeError(f"initdb failed:\n{init.stdout}{init.stderr}")
+        for _ in range(_START_ATTEMPTS):
+            port = _free_port()
+            options = {"listen_addresses": "127.0.0.1", "unix_socket_directories": "", **tuning}
+            # pg_ctl hands -o to /bin/sh, hence the quoting (unix_socket_directories is empty).
+            opts = " ".join(
+                [f"-p {port}", *(f"-c {shlex.quote(f'{k}={v}')}" for k, v in options.items())]
+            )
+            flags = ["--wait", f"--timeout={_STARTUP_TIMEOUT}", f"--log={log}", "-o", opts]
+            started = run("pg_ctl", f"--pgdata={data}", *flags, "start", timeout=120)
+            if started.returncode == 0:
+                break
+        else:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(
+                f"pg_ctl start failed {_START_ATTEMPTS} times:\n"
+                f"{started.stdout}{started.stderr}{tail}"
+            )
+        server = PostgresServer(
+            f"postgresql://postgres@127.0.0.1:{port}/postgres", f"initdb ({bindir})"
+        )
+        # A real connection proves the DSN works. A private thread and loop keep this usable
+        # from callers that are already inside a running event loop (e.g. async fixtures).
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(asyncio.run, _wait_until_accepting(server.dsn)).result()
+        yield server
+    finally:
+        atexit.unregister(stop)
+        stop()
+
+
+@contextlib.contextmanager
+def _from_pgserver() -> Iterator[PostgresServer]:
+    # importlib keeps mypy happy whether or not the optional wheel is installed.
+    pgserver = importlib.import_module("pgserver")
+    tmp = tempfile.mkdtemp(prefix="cyclone-pgserver-")
+    try:
+        srv = pgserver.get_server(tmp)
+        try:
+            yield PostgresServer(srv.get_uri(), "pgserver")
+        finally:
+            srv.cleanup()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

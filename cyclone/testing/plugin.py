@@ -1,0 +1,123 @@
+"""The pytest plugin: a real, throwaway PostgreSQL and an isolated database per test.
+
+Fixtures:
+
+- ``cyclone_server`` (session): the :class:`PostgresServer` (see ``postgres_server`` for where
+  it comes from; the session header says which source it used).
+- ``cyclone_databases`` (session): a :class:`DatabaseFactory` that clones fresh databases from
+  a template migrated once per session.
+- ``cyclone_env`` (function): a :class:`CycloneEnv` with its own database, pool and client.
+
+Each test's database is its own, so tests are isolated and can run in parallel (pytest-xdist
+workers each get their own template).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from cyclone._client import Client
+from cyclone.testing._postgres import PostgresServer, describe, postgres_server
+
+_counter = itertools.count()
+
+
+@dataclass
+class CycloneEnv:
+    """One test's database: its DSN, an asyncpg pool on it, and a migrated client."""
+
+    dsn: str
+    pool: asyncpg.Pool
+    client: Client
+
+
+class DatabaseFactory:
+    """Creates databases cloned from a migrated template on the session's server."""
+
+    def __init__(self, server: PostgresServer) -> None:
+        self.server = server
+        tag = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        self._prefix = f"cyclone_{tag}_{os.getpid()}"
+        self.template = f"{self._prefix}_template"
+
+    async def _admin(self) -> asyncpg.Connection:
+        conn: asyncpg.Connection = await asyncpg.connect(self.server.dsn)
+        return conn
+
+    async def create_template(self) -> None:
+        """Create the template database and migrate it (once per session)."""
+        admin = await self._admin()
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{self.template}"')
+            await admin.execute(f'CREATE DATABASE "{self.template}"')
+        finally:
+            await admin.close()
+        pool = await asyncpg.create_pool(self.server.dsn_for(self.template), min_size=1, max_size=2)
+        try:
+            await Client(pool).migrate()
+        finally:
+            await pool.close()
+
+    async def create(self) -> str:
+        """A fresh, migrated database; returns its DSN."""
+        name = f"{self._prefix}_{next(_counter)}"
+        admin = await self._admin()
+        try:
+            await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        finally:
+            await admin.close()
+        return self.server.dsn_for(name)
+
+    async def drop(self, dsn: str) -> None:
+        """Drop a database made by :meth:`create`, ending its leftover sessions."""
+        name = dsn.rsplit("/", 1)[1].split("?")[0]
+        admin = await self._admin()
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture(scope="session")
+def cyclone_server() -> Iterator[PostgresServer]:
+    """The session's PostgreSQL server."""
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def cyclone_databases(cyclone_server: PostgresServer) -> DatabaseFactory:
+    """Creates isolated, migrated databases on the session's server."""
+    factory = DatabaseFactory(cyclone_server)
+    asyncio.run(factory.create_template())
+    return factory
+
+
+@pytest_asyncio.fixture
+async def cyclone_env(cyclone_databases: DatabaseFactory) -> AsyncIterator[CycloneEnv]:
+    """A fresh database with a pool and a migrated client, dropped after the test."""
+    dsn = await cyclone_databases.create()
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10)
+    client = Client(pool)
+    try:
+        yield CycloneEnv(dsn=dsn, pool=pool, client=client)
+    finally:
+        await client.aclose()
+        await pool.close()
+        await cyclone_databases.drop(dsn)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say where the test PostgreSQL comes from (resolved when the first test needs it)."""
+    dsn = os.environ.get("CYCLONE_TEST_DSN")
+    if dsn:
+        return "cyclone: " + describe(PostgresServer(dsn, "CYCLONE_TEST_DSN"))
+    return "cyclone: PostgreSQL from testcontainers, initdb or pgserver (first that works)"

@@ -1,0 +1,44 @@
+"""Developer sessions: ``nox -s lint typecheck tests examples bench``."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.default_venv_backend = "venv"
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and format check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the package."""
+    session.install("-e", ".[dev]")
+    session.run("mypy")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite against a real PostgreSQL."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def examples(session: nox.Session) -> None:
+    """Run the quickstart (an embedded PostgreSQL unless CYCLONE_DATABASE_URL is set)."""
+    session.install("-e", ".")
+    session.run("python", "examples/quickstart.py")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmark suite: Cyclone against the raw-SQL floor on one server."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "benchmarks", *session.posargs)

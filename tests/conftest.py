@@ -1,0 +1,60 @@
+"""Shared helpers for Cyclone's own tests (fixtures come from the cyclone.testing plugin)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest_asyncio
+
+from cyclone.testing.plugin import CycloneEnv
+
+
+class Listener:
+    """A real LISTEN connection on the client's channel that counts payloads."""
+
+    def __init__(self, conn: asyncpg.Connection, channel: str) -> None:
+        self.conn = conn
+        self.channel = channel
+        self.payloads: list[str] = []
+        self.arrived = asyncio.Event()
+
+    def _on(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        self.payloads.append(str(payload))
+        self.arrived.set()
+
+    def counts(self) -> Counter[str]:
+        return Counter(self.payloads)
+
+    async def settle(self) -> None:
+        """Make sure every NOTIFY sent before now has been delivered.
+
+        A NOTIFY to ourselves from this connection is delivered after all earlier ones
+        (PostgreSQL delivers notifications in commit order), so wait for it.
+        """
+        marker = f"marker:{len(self.payloads)}:{id(self)}"
+        await self.conn.execute("SELECT pg_notify($1, $2)", self.channel, marker)
+        async with asyncio.timeout(30):
+            while marker not in self.payloads:
+                self.arrived.clear()
+                await self.arrived.wait()
+        self.payloads.remove(marker)
+
+
+@pytest_asyncio.fixture
+async def listener(cyclone_env: CycloneEnv) -> AsyncIterator[Listener]:
+    conn = await asyncpg.connect(cyclone_env.dsn)
+    lst = Listener(conn, cyclone_env.client.channel)
+    await conn.add_listener(lst.channel, lst._on)
+    try:
+        yield lst
+    finally:
+        await conn.close()
+
+
+async def count_rows(env: CycloneEnv, table: str) -> int:
+    """Rows in one of Cyclone's tables."""
+    assert table in {"cyclone_runs", "cyclone_steps", "cyclone_edges", "cyclone_tasks"}
+    return int(await env.pool.fetchval(f"SELECT count(*) FROM public.{table}"))

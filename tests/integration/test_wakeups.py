@@ -1,0 +1,212 @@
+"""Wakeup rules, observed with a real LISTEN connection counting notifications per queue."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import asyncpg
+import pytest
+
+import cyclone
+from cyclone.testing.plugin import CycloneEnv
+from tests.conftest import Listener
+
+
+@cyclone.step("mail.send", queue="mail")
+async def mail(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+@cyclone.step("sms.send", queue="sms")
+async def sms(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+async def test_publish_sends_one_notify_per_distinct_queue(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    client = cyclone_env.client
+    async with cyclone_env.pool.acquire() as conn:
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        async with ttx.transaction():
+            await mail.enqueue_tx(client, ttx, 1)
+            await mail.enqueue_many_tx(client, ttx, [2, 3])
+            await cyclone.enqueue_tx(client, ttx, sms, 4)
+        assert sorted(wakeups) == ["mail", "sms"]
+        assert len(wakeups) == 2 and wakeups
+        await client.publish_wakeups(wakeups)
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1, "q:sms": 1}
+    # Publishing clears the set: a second publish sends nothing.
+    assert not wakeups
+    await client.publish_wakeups(wakeups)
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1, "q:sms": 1}
+
+
+async def test_nothing_is_sent_inside_the_callers_transaction(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    async with cyclone_env.pool.acquire() as conn:
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        async with ttx.transaction():
+            await mail.enqueue_tx(cyclone_env.client, ttx, 1)
+        # Committed, not published: a NOTIFY issued in the transaction would have arrived.
+        await listener.settle()
+        assert listener.payloads == []
+        assert list(wakeups) == ["mail"]
+
+
+async def test_future_job_records_nothing(cyclone_env: CycloneEnv, listener: Listener) -> None:
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    async with cyclone_env.pool.acquire() as conn:
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        async with ttx.transaction():
+            await mail.enqueue_tx(cyclone_env.client, ttx, 1, process_at=later)
+            await mail.enqueue_many_tx(cyclone_env.client, ttx, [1], process_in=60)
+        assert not wakeups
+        await cyclone_env.client.publish_wakeups(wakeups)
+    await listener.settle()
+    assert listener.payloads == []
+
+
+async def test_rollback_discards_wakeups(cyclone_env: CycloneEnv, listener: Listener) -> None:
+    async with cyclone_env.pool.acquire() as conn:
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        tx = ttx.transaction()
+        await tx.start()
+        await mail.enqueue_tx(cyclone_env.client, ttx, 1)
+        assert list(wakeups) == []  # recorded in the open block, not yet committed
+        await tx.rollback()
+        assert not wakeups
+        await cyclone_env.client.publish_wakeups(wakeups)
+    await listener.settle()
+    assert listener.payloads == []
+
+
+async def test_exception_in_block_discards_wakeups(cyclone_env: CycloneEnv) -> None:
+    async with cyclone_env.pool.acquire() as conn:
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        with pytest.raises(RuntimeError):
+            async with ttx.transaction():
+                await mail.enqueue_tx(cyclone_env.client, ttx, 1)
+                raise RuntimeError("business rule broken")
+        assert not wakeups
+
+
+async def test_savepoint_rollback_discards_only_its_own(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    client = cyclone_env.client
+    async with cyclone_env.pool.acquire() as conn:
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        async with ttx.transaction():
+            await mail.enqueue_tx(client, ttx, 1)
+            savepoint = ttx.transaction()
+            await savepoint.start()
+            await sms.enqueue_tx(client, ttx, 2)
+            await savepoint.rollback()
+            async with ttx.transaction():  # a savepoint that commits keeps its wakeups
+                await mail.enqueue_tx(client, ttx, 3)
+        assert list(wakeups) == ["mail"]
+        await client.publish_wakeups(wakeups)
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1}
+    assert await cyclone_env.pool.fetchval("SELECT count(*) FROM cyclone_runs") == 2
+
+
+async def test_failed_commit_discards_wakeups(cyclone_env: CycloneEnv) -> None:
+    await cyclone_env.pool.execute(
+        "CREATE TABLE codes (code int UNIQUE DEFERRABLE INITIALLY DEFERRED)"
+    )
+    async with cyclone_env.pool.acquire() as conn:
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        with pytest.raises(asyncpg.UniqueViolationError):
+            async with ttx.transaction():
+                await mail.enqueue_tx(cyclone_env.client, ttx, 1)
+                await conn.execute("INSERT INTO codes VALUES (1), (1)")  # fails at COMMIT
+        assert not wakeups
+    assert await cyclone_env.pool.fetchval("SELECT count(*) FROM cyclone_runs") == 0
+
+
+async def test_records_without_tracked_block_are_kept(cyclone_env: CycloneEnv) -> None:
+    # Tracking a connection whose transaction the caller opened itself: the wrapper cannot
+    # see that transaction end, so what it recorded stays (a spurious wakeup at worst).
+    async with cyclone_env.pool.acquire() as conn, conn.transaction():
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        await mail.enqueue_tx(cyclone_env.client, ttx, 1)
+        assert list(wakeups) == ["mail"]
+
+
+async def test_client_transaction_publishes_after_commit(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    client = cyclone_env.client
+    async with cyclone_env.pool.acquire() as conn:
+        async with client.transaction(conn) as tx:
+            await sms.enqueue_tx(client, tx, 1)
+        await listener.settle()
+        assert listener.counts() == {"q:sms": 1}
+        with pytest.raises(ZeroDivisionError):
+            async with client.transaction(conn) as tx:
+                await mail.enqueue_tx(client, tx, 1)
+                _ = 1 / 0
+    await listener.settle()
+    assert listener.counts() == {"q:sms": 1}
+
+
+async def test_plain_enqueue_publishes_after_its_own_commit(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    await mail.enqueue(cyclone_env.client, 1)
+    await sms.enqueue_many(cyclone_env.client, [1, 2, 3])
+    await mail.enqueue(cyclone_env.client, 1, process_in=3600)
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1, "q:sms": 1}
+
+
+async def test_producer_client_without_listening_still_publishes(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    producer = cyclone.Client(cyclone_env.pool, notify=False)
+    async with cyclone_env.pool.acquire() as conn:
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        async with ttx.transaction():
+            await mail.enqueue_tx(producer, ttx, 1)
+        await producer.publish_wakeups(wakeups)
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1}
+
+
+async def test_coalescing_window_merges_publishes(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    client = cyclone.Client(cyclone_env.pool, notify_coalesce=3600)
+    for n in range(3):
+        async with cyclone_env.pool.acquire() as conn:
+            ttx, wakeups = cyclone.track_wakeups(conn)
+            async with ttx.transaction():
+                await mail.enqueue_tx(client, ttx, n)
+                await sms.enqueue_tx(client, ttx, n)
+            await client.publish_wakeups(wakeups)
+    await listener.settle()
+    assert listener.payloads == []  # held for the window
+    await client.aclose()  # closing flushes what the window holds
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1, "q:sms": 1}
+
+
+async def test_failed_publish_is_logged_not_raised(
+    cyclone_env: CycloneEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = await asyncpg.create_pool(cyclone_env.dsn, min_size=0, max_size=1)
+    client = cyclone.Client(pool)
+    async with pool.acquire() as conn:
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        async with ttx.transaction():
+            await mail.enqueue_tx(client, ttx, 1)
+    await pool.close()
+    with caplog.at_level(logging.WARNING, logger="cyclone"):
+        await client.publish_wakeups(wakeups)  # must not raise
+    assert "publishing 1 wakeups failed" in caplog.text
