@@ -56,6 +56,11 @@ class Claimed:
     input: str
     deps: str | None
 
+    @property
+    def key(self) -> tuple[int, int]:
+        """The attempt's identity: its task and the claim that started it."""
+        return (self.id, self.claims)
+
     def log_fields(self) -> dict[str, Any]:
         """Structured fields for log records."""
         return {

@@ -112,10 +112,10 @@ async def task_claim(
 
 async def task_heartbeat(
     conn: Conn, q: Queries, ids: Sequence[int], claims: Sequence[int], lease: float
-) -> set[int]:
-    """Extend leases; return the ids still owned."""
+) -> set[tuple[int, int]]:
+    """Extend leases; return the (id, claims) still owned."""
     rows = await conn.fetch(q["task_heartbeat"], ids, claims, lease)
-    return {r["id"] for r in rows}
+    return {(r["id"], r["claims"]) for r in rows}
 
 
 async def run_lock_many(

@@ -122,7 +122,10 @@ class Worker:
         self.backoff = backoff
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._kinds = sorted(self._steps)
-        self._running: dict[int, _Running] = {}
+        # Keyed by (task id, claims): a stale attempt and its task's next attempt can overlap.
+        self._running: dict[tuple[int, int], _Running] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._completer = Completer(client.pool, client.queries, client._publish)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
@@ -199,6 +202,10 @@ class Worker:
         finally:
             await asyncio.shield(self.stop())
 
+    async def idle(self) -> None:
+        """Wait until no handler of this worker is running (it may claim more afterwards)."""
+        await self._idle.wait()
+
     async def __aenter__(self) -> Worker:
         await self.start()
         return self
@@ -265,7 +272,8 @@ class Worker:
             task = loop.create_task(
                 self._execute(queue, claimed), name=f"cyclone-task-{claimed.id}"
             )
-            self._running[claimed.id] = _Running(claimed, task)
+            self._running[claimed.key] = _Running(claimed, task)
+            self._idle.clear()
 
     # Executing
 
@@ -273,7 +281,7 @@ class Worker:
         try:
             await self._attempt(claimed)
         except asyncio.CancelledError:
-            running = self._running.get(claimed.id)
+            running = self._running.get(claimed.key)
             if running is None or running.reason is None:
                 raise
         except Exception:
@@ -283,7 +291,9 @@ class Worker:
                 extra=claimed.log_fields(),
             )
         finally:
-            self._running.pop(claimed.id, None)
+            self._running.pop(claimed.key, None)
+            if not self._running:
+                self._idle.set()
             queue.running -= 1
             if queue.last_claim_full or self._stopping.is_set():
                 queue.wake.set()
@@ -313,7 +323,7 @@ class Worker:
             return
         except asyncio.CancelledError:
             await asyncio.shield(completion.rollback())
-            running = self._running.get(claimed.id)
+            running = self._running.get(claimed.key)
             reason = running.reason if running else None
             if reason == "shutdown":
                 # Give the attempt back so another worker can take it without waiting.
@@ -408,7 +418,7 @@ class Worker:
                 logger.warning("cyclone: heartbeat failed: %s", exc, extra={"worker": self.id})
                 continue
             for r in running:
-                if r.claimed.id not in owned and self._running.get(r.claimed.id) is r:
+                if r.claimed.key not in owned and self._running.get(r.claimed.key) is r:
                     # Cancelled run, reclaimed lease or expired deadline: stop the handler.
                     r.reason = "lost"
                     r.task.cancel()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest_asyncio
 
+import cyclone
 from cyclone.testing.plugin import CycloneEnv
 
 
@@ -58,3 +60,32 @@ async def count_rows(env: CycloneEnv, table: str) -> int:
     """Rows in one of Cyclone's tables."""
     assert table in {"cyclone_runs", "cyclone_steps", "cyclone_edges", "cyclone_tasks"}
     return int(await env.pool.fetchval(f"SELECT count(*) FROM public.{table}"))
+
+
+def fast_worker(client: cyclone.Client, **options: Any) -> cyclone.Worker:
+    """A worker with short intervals, for tests (every interval can still be overridden)."""
+    settings: dict[str, Any] = {
+        "poll_interval": 0.1,
+        "lease": 5.0,
+        "maintenance_interval": 0.2,
+        "shutdown_timeout": 5.0,
+        "backoff": lambda attempt: 0.0,
+    }
+    settings.update(options)
+    return cyclone.Worker(client, **settings)
+
+
+class Probe:
+    """What handlers report to the test: events to await and a log of calls.
+
+    Handlers are module-level, so their probe is too; ``reset()`` at the start of each test
+    gives fresh events bound to that test's event loop.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.started = asyncio.Event()
+        self.stopped = asyncio.Event()
+        self.calls: list[Any] = []

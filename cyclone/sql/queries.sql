@@ -141,7 +141,7 @@ WITH mine AS (
 )
 UPDATE __schema__.cyclone_tasks t SET lease_until = now() + make_interval(secs => $3)
 FROM mine WHERE t.id = mine.id
-RETURNING t.id;
+RETURNING t.id, t.claims;
 
 -- name: run_lock_many
 SELECT id, state FROM __schema__.cyclone_runs

@@ -1,0 +1,293 @@
+"""The worker: claim, complete, retry, snooze, timeout, cancel, priorities, limits, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+
+import cyclone
+from cyclone.testing.plugin import CycloneEnv
+from tests.conftest import Probe, count_rows, fast_worker
+
+
+@cyclone.step("double")
+async def double(ctx: cyclone.Context, n: int) -> int:
+    return n * 2
+
+
+async def test_worker_completes_jobs_with_typed_output(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    runs = await double.enqueue_many(client, list(range(30)))
+    async with fast_worker(client, steps=[double]):
+        results = [await r.result(timeout=30) for r in runs]  # type: ignore[attr-defined]
+    assert results == [n * 2 for n in range(30)]
+    assert await count_rows(cyclone_env, "cyclone_tasks") == 0  # finished work leaves the hot table
+    info = await runs[0].info()
+    assert info.state is cyclone.RunState.COMPLETED
+    assert info.finished_at is not None
+    assert [(n.state, n.attempts) for n in info.nodes] == [("completed", 1)]
+
+
+class Flaky:
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+
+flaky_state = Flaky(0)
+
+
+@cyclone.step("flaky", max_attempts=3)
+async def flaky(ctx: cyclone.Context, n: int) -> int:
+    flaky_state.calls += 1
+    if flaky_state.calls <= flaky_state.failures:
+        raise ValueError(f"boom {flaky_state.calls}")
+    return ctx.attempt
+
+
+async def test_retries_keep_every_attempts_error(cyclone_env: CycloneEnv) -> None:
+    global flaky_state
+    flaky_state = Flaky(failures=2)
+    run = await flaky.enqueue(cyclone_env.client, 1)
+    async with fast_worker(cyclone_env.client, steps=[flaky]):
+        assert await run.result(timeout=30) == 3  # type: ignore[attr-defined]
+    node = (await run.info()).nodes[0]
+    assert node.attempts == 3
+    assert [(e["attempt"], e["type"], e["message"]) for e in node.errors] == [
+        (1, "ValueError", "boom 1"),
+        (2, "ValueError", "boom 2"),
+    ]
+    assert "raise ValueError" in node.errors[0]["traceback"]
+
+
+async def test_exhausted_attempts_fail_the_run(cyclone_env: CycloneEnv) -> None:
+    global flaky_state
+    flaky_state = Flaky(failures=10)
+    run = await flaky.enqueue(cyclone_env.client, 1)
+    async with fast_worker(cyclone_env.client, steps=[flaky]):
+        assert await run.wait(timeout=30) is cyclone.RunState.FAILED
+    with pytest.raises(cyclone.RunFailedError) as raised:
+        await run.result()  # type: ignore[attr-defined]
+    assert raised.value.error["message"] == "boom 3"
+    info = await run.info()
+    assert info.error is not None and info.error["type"] == "ValueError"
+    assert [e["attempt"] for e in info.nodes[0].errors] == [1, 2, 3]
+    assert flaky_state.calls == 3
+    assert await count_rows(cyclone_env, "cyclone_tasks") == 0
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    delays = [cyclone.exponential_backoff(a, base=1, cap=100) for a in range(1, 12)]
+    assert all(
+        0.5 * min(100, 2 ** (a - 1)) <= d <= min(100, 2 ** (a - 1))
+        for a, d in zip(range(1, 12), delays, strict=True)
+    )
+
+
+snoozes: list[int] = []
+
+
+@cyclone.step("snoozer", max_attempts=1)
+async def snoozer(ctx: cyclone.Context, n: int) -> int:
+    snoozes.append(ctx.attempt)
+    if len(snoozes) <= n:
+        raise cyclone.Snooze(0.01)
+    return len(snoozes)
+
+
+async def test_snooze_does_not_spend_an_attempt(cyclone_env: CycloneEnv) -> None:
+    snoozes.clear()
+    run = await snoozer.enqueue(cyclone_env.client, 3)
+    async with fast_worker(cyclone_env.client, steps=[snoozer]):
+        assert await run.result(timeout=30) == 4  # type: ignore[attr-defined]
+    assert snoozes == [1, 1, 1, 1]  # max_attempts=1, yet it ran four times
+    assert (await run.info()).nodes[0].errors == []
+
+
+@cyclone.step("sleepy", max_attempts=2, timeout=0.2)
+async def sleepy(ctx: cyclone.Context, seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "woke"
+
+
+async def test_timeout_cancels_the_handler_and_spends_an_attempt(cyclone_env: CycloneEnv) -> None:
+    run = await sleepy.enqueue(cyclone_env.client, 60.0)
+    async with fast_worker(cyclone_env.client, steps=[sleepy]):
+        assert await run.wait(timeout=30) is cyclone.RunState.FAILED
+    errors = (await run.info()).nodes[0].errors
+    assert [e["type"] for e in errors] == ["Timeout", "Timeout"]
+
+
+stubborn_probe = Probe()
+
+
+@cyclone.step("stubborn", queue="slow")
+async def stubborn(ctx: cyclone.Context, n: int) -> int:
+    stubborn_probe.started.set()
+    try:
+        await asyncio.sleep(3600)
+    except Exception as exc:  # a handler that swallows errors cannot swallow cancellation
+        stubborn_probe.calls.append(repr(exc))
+    finally:
+        stubborn_probe.stopped.set()
+    return n
+
+
+async def test_cancel_stops_a_running_handler(cyclone_env: CycloneEnv) -> None:
+    stubborn_probe.reset()
+    run = await stubborn.enqueue(cyclone_env.client, 1)
+    async with fast_worker(cyclone_env.client, steps=[stubborn], lease=0.6):
+        await asyncio.wait_for(stubborn_probe.started.wait(), 30)
+        assert await run.status() is cyclone.RunState.RUNNING
+        assert await run.cancel()
+        assert await run.wait(timeout=30) is cyclone.RunState.CANCELLED
+        # The heartbeat (a third of the lease) notices the task is gone and cancels it.
+        await asyncio.wait_for(stubborn_probe.stopped.wait(), 30)
+    assert stubborn_probe.calls == []
+    assert not await run.cancel()  # already ended
+
+
+order_seen: list[int] = []
+
+
+@cyclone.step("ordered", queue="one")
+async def ordered(ctx: cyclone.Context, n: int) -> None:
+    order_seen.append(n)
+
+
+async def test_priority_then_time_then_enqueue_order(cyclone_env: CycloneEnv) -> None:
+    order_seen.clear()
+    client = cyclone_env.client
+    await ordered.enqueue_many(client, [1, 2])
+    await ordered.enqueue(client, 3, priority=10)
+    await ordered.enqueue(client, 4, priority=-1)
+    later = await ordered.enqueue(client, 5, process_in=3600)
+    last = await ordered.enqueue(client, 6, priority=-1)
+    async with fast_worker(client, steps=[ordered], queues={"one": 1}, claim_batch=1):
+        await last.wait(timeout=30)
+        assert await later.status() is cyclone.RunState.PENDING
+    assert order_seen == [3, 1, 2, 4, 6]
+
+
+concurrent_now = 0
+concurrent_peak = 0
+
+
+@cyclone.step("limited", queue="narrow")
+async def limited(ctx: cyclone.Context, n: int) -> None:
+    global concurrent_now, concurrent_peak
+    concurrent_now += 1
+    concurrent_peak = max(concurrent_peak, concurrent_now)
+    await asyncio.sleep(0.02)
+    concurrent_now -= 1
+
+
+async def test_queue_concurrency_limit(cyclone_env: CycloneEnv) -> None:
+    global concurrent_peak
+    concurrent_peak = 0
+    runs = await limited.enqueue_many(cyclone_env.client, list(range(40)))
+    async with fast_worker(cyclone_env.client, steps=[limited], queues={"narrow": 3}):
+        for run in runs:
+            await run.wait(timeout=30)
+    assert concurrent_peak == 3
+
+
+async def test_worker_ignores_kinds_it_does_not_serve(cyclone_env: CycloneEnv) -> None:
+    other = cyclone.register_kind("served.elsewhere", int, int)
+    foreign = await other.enqueue(cyclone_env.client, 1)
+    mine = await double.enqueue(cyclone_env.client, 1)
+    async with fast_worker(cyclone_env.client, steps=[double]):
+        await mine.wait(timeout=30)
+    assert await foreign.status() is cyclone.RunState.PENDING
+
+
+async def test_notification_wakes_the_worker_before_the_poll(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
+        await asyncio.wait_for(client._notifier.connected.wait(), 30)
+        await asyncio.sleep(0)  # let the producer reach its wait
+        run = await double.enqueue(client, 21)
+        assert await run.result(timeout=60) == 42  # type: ignore[attr-defined]
+        assert worker.poll_interval == 3600
+
+
+async def test_polling_alone_finds_work(cyclone_env: CycloneEnv) -> None:
+    quiet = cyclone.Client(cyclone_env.pool, notify=False)
+    run = await double.enqueue(quiet, 4)
+    async with fast_worker(quiet, steps=[double], poll_interval=0.2):
+        assert await run.result(timeout=30) == 8  # type: ignore[attr-defined]
+    assert quiet._notifier._task is None  # it never listened
+
+
+graceful_probe = Probe()
+
+
+@cyclone.step("graceful", queue="slow")
+async def graceful(ctx: cyclone.Context, seconds: float) -> float:
+    graceful_probe.started.set()
+    await asyncio.sleep(seconds)
+    graceful_probe.calls.append(ctx.attempt)
+    return seconds
+
+
+async def test_graceful_shutdown_lets_handlers_finish(cyclone_env: CycloneEnv) -> None:
+    graceful_probe.reset()
+    run = await graceful.enqueue(cyclone_env.client, 0.5)
+    worker = fast_worker(cyclone_env.client, steps=[graceful], shutdown_timeout=30)
+    async with worker:
+        await asyncio.wait_for(graceful_probe.started.wait(), 30)
+    assert graceful_probe.calls == [1]
+    assert await run.status() is cyclone.RunState.COMPLETED
+
+
+async def test_shutdown_deadline_cancels_and_gives_the_task_back(cyclone_env: CycloneEnv) -> None:
+    graceful_probe.reset()
+    run = await graceful.enqueue(cyclone_env.client, 3600)
+    worker = fast_worker(cyclone_env.client, steps=[graceful], shutdown_timeout=0.1)
+    async with worker:
+        await asyncio.wait_for(graceful_probe.started.wait(), 30)
+    assert graceful_probe.calls == []
+    info = await run.info()
+    # Back to available at once, the interrupted attempt given back.
+    assert (info.state, info.nodes[0].state, info.nodes[0].attempts) == (
+        cyclone.RunState.PENDING,
+        "available",
+        0,
+    )
+
+
+async def test_run_wait_times_out(cyclone_env: CycloneEnv) -> None:
+    run = await double.enqueue(cyclone_env.client, 1)
+    with pytest.raises(TimeoutError):
+        await run.wait(timeout=0.2)
+
+
+async def test_worker_arguments_are_checked(cyclone_env: CycloneEnv) -> None:
+    with pytest.raises(cyclone.InvalidInputError):
+        cyclone.Worker(cyclone_env.client)
+    with pytest.raises(cyclone.InvalidInputError):
+        cyclone.Worker(cyclone_env.client, steps=[double], queues={"default": 0})
+    twin = cyclone.Step("double", double.handler)
+    with pytest.raises(cyclone.InvalidInputError, match="two different steps"):
+        cyclone.Worker(cyclone_env.client, steps=[double, twin])
+
+
+async def test_run_until_cancelled(cyclone_env: CycloneEnv) -> None:
+    worker = fast_worker(cyclone_env.client, steps=[double])
+    task = asyncio.get_running_loop().create_task(worker.run())
+    run = await double.enqueue(cyclone_env.client, 5)
+    assert await run.result(timeout=30) == 10  # type: ignore[attr-defined]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_scheduled_job_runs_when_due(cyclone_env: CycloneEnv) -> None:
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.5)
+    run = await double.enqueue(cyclone_env.client, 1, process_at=at)
+    async with fast_worker(cyclone_env.client, steps=[double]):
+        assert await run.result(timeout=30) == 2  # type: ignore[attr-defined]
+    finished = (await run.info()).finished_at
+    assert finished is not None and finished >= at
