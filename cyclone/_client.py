@@ -23,7 +23,7 @@ from cyclone._errors import (
     RunFailedError,
     RunNotFoundError,
 )
-from cyclone._notifier import Notifier
+from cyclone._notifier import Notifier, queue_payload
 from cyclone._options import seconds, validate_int
 from cyclone._run import NodeInfo, RunInfo, RunPage, RunQuery, RunState
 from cyclone._sql import Queries
@@ -72,7 +72,7 @@ class Client:
         self._notifier = Notifier(pool, self.channel)
         self._pending: set[str] = set()
         self._flush_task: asyncio.Task[None] | None = None
-        self._closed = False
+        self._closing = asyncio.Event()
 
     def __repr__(self) -> str:
         return f"<cyclone.Client schema={self.schema!r}>"
@@ -89,12 +89,12 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Flush coalesced wakeups. Call it before closing the pool."""
-        self._closed = True
+        """Send the wakeups still held by the coalescing window. Call it before closing the pool."""
+        self._closing.set()
         if self._flush_task is not None:
-            self._flush_task.cancel()
-            self._flush_task = None
-        await self._flush()
+            await asyncio.shield(self._flush_task)
+        while self._pending:
+            await self._flush()
 
     def _acquire(self) -> Any:
         if self.pool.is_closing():
@@ -127,31 +127,35 @@ class Client:
     async def publish_wakeups(self, wakeups: Wakeups) -> None:
         """Send one NOTIFY per distinct queue in ``wakeups`` and clear it.
 
-        Call it after the commit. It never raises: a failed publish is logged, and polling
-        picks the work up within one poll interval.
+        Call it after the commit. Without a coalescing window it returns once the NOTIFY is
+        sent; with one, the NOTIFY goes out when the window closes. It never raises: a failed
+        publish is logged, and polling picks the work up within one poll interval.
         """
         queues = wakeups.take()
-        if queues:
-            from cyclone._notifier import queue_payload
+        if not queues:
+            return
+        self._publish(queue_payload(q) for q in queues)
+        if self.notify_coalesce <= 0 and self._flush_task is not None:
+            await asyncio.shield(self._flush_task)
 
-            await self._publish([queue_payload(q) for q in queues])
-
-    async def _publish(self, payloads: Iterable[str]) -> None:
+    def _publish(self, payloads: Iterable[str]) -> None:
+        """Send ``payloads`` soon, without waiting: at most one NOTIFY statement is in flight,
+        and payloads that arrive meanwhile go out together in the next one."""
         self._pending.update(payloads)
-        if self.notify_coalesce <= 0 or self._closed:
-            await self._flush()
-        elif self._flush_task is None:
-            self._flush_task = asyncio.get_running_loop().create_task(self._flush_later())
+        if self._pending and (self._flush_task is None or self._flush_task.done()):
+            self._flush_task = asyncio.get_running_loop().create_task(
+                self._flush_soon(), name="cyclone-publish"
+            )
 
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(self.notify_coalesce)
-        self._flush_task = None
-        await self._flush()
+    async def _flush_soon(self) -> None:
+        if self.notify_coalesce > 0:
+            with contextlib.suppress(TimeoutError):  # the window closes, or the client does
+                await asyncio.wait_for(self._closing.wait(), self.notify_coalesce)
+        while self._pending:
+            await self._flush()
 
     async def _flush(self) -> None:
         payloads, self._pending = sorted(self._pending), set()
-        if not payloads:
-            return
         try:
             async with self._acquire() as conn:
                 await db.wakeup_notify(conn, self.queries, self.channel, payloads)
@@ -231,7 +235,7 @@ class Client:
         encoded = _codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
         async with self._acquire() as conn, conn.transaction():
             effects = await _transitions.signal(conn, self.queries, run_id, node, encoded)
-        await self._publish(effects.payloads())
+        self._publish(effects.payloads())
 
     async def _run_status(self, run_id: uuid.UUID) -> RunState:
         async with self._acquire() as conn:
@@ -290,16 +294,13 @@ class Client:
     async def _run_cancel(self, run_id: uuid.UUID) -> bool:
         async with self._acquire() as conn, conn.transaction():
             cancelled, effects = await _transitions.cancel(conn, self.queries, run_id)
-        await self._publish(effects.payloads())
+        self._publish(effects.payloads())
         return cancelled
 
     async def _run_retry(self, run_id: uuid.UUID, node: str | None) -> None:
         async with self._acquire() as conn, conn.transaction():
-            row = await db.run_result(conn, self.queries, run_id)
-            if row is None:
-                raise RunNotFoundError(run_id)
-            effects = await _transitions.retry(conn, self.queries, run_id, node, job=row["job"])
-        await self._publish(effects.payloads())
+            effects = await _transitions.retry(conn, self.queries, run_id, node)
+        self._publish(effects.payloads())
 
     async def _run_result(self, run_id: uuid.UUID, output_type: Any, timeout: float | None) -> Any:
         await self._run_wait(run_id, timeout)

@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,7 +100,7 @@ class Completer:
         self,
         pool: Any,
         queries: Queries,
-        publish: Callable[[list[str]], Awaitable[None]],
+        publish: Callable[[list[str]], None],
         *,
         batch_size: int = 200,
     ) -> None:
@@ -152,9 +152,13 @@ class Completer:
     async def _write_batch(self, batch: list[_Pending]) -> set[int]:
         for attempt in range(1, _WRITE_TRIES + 1):
             try:
-                async with self._pool.acquire() as conn, conn.transaction():
-                    accepted, effects = await self._write(conn, batch)
-                await self._publish(effects.payloads())
+                async with self._pool.acquire() as conn:
+                    if any(p.claimed.node is not None for p in batch):
+                        async with conn.transaction():
+                            accepted, effects = await self._write(conn, batch)
+                    else:  # jobs only: one statement, its own transaction
+                        accepted, effects = await self._write(conn, batch)
+                self._publish(effects.payloads())
                 return accepted
             except _RETRYABLE as exc:
                 if attempt == _WRITE_TRIES:
@@ -168,20 +172,10 @@ class Completer:
     async def _write(self, conn: db.Conn, batch: list[_Pending]) -> tuple[set[int], Effects]:
         jobs = [p for p in batch if p.claimed.node is None]
         nodes = [p for p in batch if p.claimed.node is not None]
-        await db.run_lock_many(conn, self._q, [p.claimed.run_id for p in batch])
         accepted: set[int] = set()
         effects = Effects()
-        if jobs:
-            rows = await db.job_complete_many(
-                conn,
-                self._q,
-                [p.claimed.id for p in jobs],
-                [p.claimed.claims for p in jobs],
-                [p.output for p in jobs],
-            )
-            accepted.update(r["id"] for r in rows)
-            effects.ended.update(r["run_id"] for r in rows)
         if nodes:
+            await db.run_lock_many(conn, self._q, [p.claimed.run_id for p in nodes])
             rows = await db.node_finish_many(
                 conn,
                 self._q,
@@ -195,6 +189,16 @@ class Completer:
                     conn, self._q, [r["run_id"] for r in rows], [r["node"] for r in rows]
                 )
             )
+        if jobs:
+            rows = await db.job_complete_many(
+                conn,
+                self._q,
+                [p.claimed.id for p in jobs],
+                [p.claimed.claims for p in jobs],
+                [p.output for p in jobs],
+            )
+            accepted.update(r["id"] for r in rows)
+            effects.ended.update(r["run_id"] for r in rows)
         return accepted, effects
 
     async def complete_in(self, completion: CompletionTx, claimed: Claimed, output: str) -> bool:
@@ -216,7 +220,7 @@ class Completer:
             return False
         await completion.commit()
         queues = [queue_payload(q) for q in completion.wakeups.take()]
-        await self._publish(effects.payloads() + queues)
+        self._publish(effects.payloads() + queues)
         return True
 
     async def retry(
@@ -228,7 +232,7 @@ class Completer:
                 conn, self._q, [claimed.id], [claimed.claims], [delay], [error], [refund]
             )
         if rows and delay <= 0:
-            await self._publish([queue_payload(claimed.queue)])
+            self._publish([queue_payload(claimed.queue)])
         return bool(rows)
 
     async def fail(self, claimed: Claimed, error: str) -> bool:
@@ -243,5 +247,5 @@ class Completer:
                 node=claimed.node,
                 error=error,
             )
-        await self._publish(effects.payloads())
+        self._publish(effects.payloads())
         return owned

@@ -102,7 +102,7 @@ async def enqueue(
                 async with conn.transaction():
                     await _insert_jobs(client, conn, kind, ids, encoded, opts, queue)
         if opts.claimable_now():
-            await client._publish([queue_payload(queue)])
+            client._publish([queue_payload(queue)])
     else:
         conn, tracker = require_transaction(tx)
         await _insert_jobs(client, conn, kind, ids, encoded, opts, queue)

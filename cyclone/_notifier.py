@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import asyncpg
@@ -29,9 +29,17 @@ def queue_payload(queue: str) -> str:
     return QUEUE_PREFIX + queue
 
 
-def run_payload(run_id: uuid.UUID) -> str:
-    """The payload that wakes waiters of a run that ended."""
-    return RUN_PREFIX + str(run_id)
+# NOTIFY payloads must stay under 8000 bytes: 200 run ids of 36 characters and a comma each.
+_RUNS_PER_PAYLOAD = 200
+
+
+def run_payloads(run_ids: Iterable[uuid.UUID]) -> list[str]:
+    """Payloads that wake waiters of runs that ended, many runs to a payload."""
+    ids = sorted(str(r) for r in run_ids)
+    return [
+        RUN_PREFIX + ",".join(ids[i : i + _RUNS_PER_PAYLOAD])
+        for i in range(0, len(ids), _RUNS_PER_PAYLOAD)
+    ]
 
 
 async def connect_like(pool: asyncpg.Pool) -> asyncpg.Connection:
@@ -51,7 +59,7 @@ class Notifier:
         self._channel = channel
         self._retry_delay = retry_delay
         self._queue_subscribers: list[Callable[[str], None]] = []
-        self._run_waiters: dict[uuid.UUID, set[asyncio.Event]] = {}
+        self._run_waiters: dict[str, set[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._users = 0
@@ -69,16 +77,16 @@ class Notifier:
     def watch_run(self, run_id: uuid.UUID) -> asyncio.Event:
         """An event set when a run-ended notification for ``run_id`` arrives."""
         event = asyncio.Event()
-        self._run_waiters.setdefault(run_id, set()).add(event)
+        self._run_waiters.setdefault(str(run_id), set()).add(event)
         return event
 
     def unwatch_run(self, run_id: uuid.UUID, event: asyncio.Event) -> None:
         """Stop watching (always pair with :meth:`watch_run`)."""
-        waiters = self._run_waiters.get(run_id)
+        waiters = self._run_waiters.get(str(run_id))
         if waiters is not None:
             waiters.discard(event)
             if not waiters:
-                del self._run_waiters[run_id]
+                del self._run_waiters[str(run_id)]
 
     def acquire(self) -> None:
         """Start listening if nobody else has; pair with :meth:`release`."""
@@ -102,13 +110,10 @@ class Notifier:
             queue = payload[len(QUEUE_PREFIX) :]
             for callback in list(self._queue_subscribers):
                 callback(queue)
-        elif payload.startswith(RUN_PREFIX):
-            try:
-                run_id = uuid.UUID(payload[len(RUN_PREFIX) :])
-            except ValueError:
-                return
-            for event in self._run_waiters.get(run_id, ()):
-                event.set()
+        elif payload.startswith(RUN_PREFIX) and self._run_waiters:
+            for run_id in payload[len(RUN_PREFIX) :].split(","):
+                for event in self._run_waiters.get(run_id, ()):
+                    event.set()
 
     def _wake_everyone(self) -> None:
         # After a reconnect, notifications sent while we were away are lost: poll now.

@@ -214,6 +214,16 @@ async def run_cancel(conn: Conn, q: Queries, run_id: uuid.UUID) -> bool:
     return bool(await conn.fetchval(q["run_cancel"], run_id))
 
 
+async def job_end(conn: Conn, q: Queries, run_id: uuid.UUID, state: str, error: str | None) -> bool:
+    """End a job as cancelled or failed; whether this call ended it."""
+    return await conn.fetchval(q["job_end"], run_id, state, error) is not None
+
+
+async def run_kind(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | None:
+    """Whether a run is a job, and its stored state."""
+    return await conn.fetchrow(q["run_kind"], run_id)
+
+
 async def run_reopen(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> Record | None:
     """Reset a failed workflow run's failed nodes; a row if the run re-opened."""
     return await conn.fetchrow(q["run_reopen"], run_id, node)

@@ -1,8 +1,10 @@
 """Run and node transitions that span several statements, each inside one transaction.
 
-Every function here runs on a connection already in a transaction and takes the run locks
-first (``run_lock_many``), so the statements after it see the run's current state and
-transitions of one run never interleave. What they return is what to publish after commit.
+Every function here runs on a connection already in a transaction. Workflow transitions take
+the run lock first (``run_lock_many``), so the statements after it see the run's current state
+and transitions of one run never interleave; job transitions are single statements that lock
+the task row before the run row (see the lock order in ``queries.sql``). What they return is
+what to publish after commit.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 
 from cyclone import _queries as db
 from cyclone._errors import InvalidStateError, RunNotFoundError, UnknownKindError
-from cyclone._notifier import queue_payload, run_payload
+from cyclone._notifier import queue_payload, run_payloads
 from cyclone._sql import Queries
 
 Conn = db.Conn
@@ -33,9 +35,7 @@ class Effects:
 
     def payloads(self) -> list[str]:
         """NOTIFY payloads for these announcements."""
-        return [queue_payload(q) for q in sorted(self.queues)] + [
-            run_payload(r) for r in sorted(self.ended)
-        ]
+        return [queue_payload(q) for q in sorted(self.queues)] + run_payloads(self.ended)
 
 
 async def advance(
@@ -74,26 +74,37 @@ async def lock_run(conn: Conn, q: Queries, run_id: uuid.UUID) -> str:
     return states[run_id]
 
 
+async def is_job(conn: Conn, q: Queries, run_id: uuid.UUID) -> bool:
+    """Whether the run is a standalone job; :class:`RunNotFoundError` if it is not visible."""
+    row = await db.run_kind(conn, q, run_id)
+    if row is None:
+        raise RunNotFoundError(run_id)
+    return bool(row["job"])
+
+
 async def cancel(conn: Conn, q: Queries, run_id: uuid.UUID) -> tuple[bool, Effects]:
     """Cancel a run; whether this call cancelled it."""
-    await lock_run(conn, q, run_id)
-    cancelled = await db.run_cancel(conn, q, run_id)
+    if await is_job(conn, q, run_id):
+        cancelled = await db.job_end(conn, q, run_id, "cancelled", None)
+    else:
+        await lock_run(conn, q, run_id)
+        cancelled = await db.run_cancel(conn, q, run_id)
     return cancelled, Effects(ended={run_id} if cancelled else set())
 
 
-async def retry(
-    conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None, *, job: bool
-) -> Effects:
+async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> Effects:
     """Re-open a failed run, or reset one of its failed nodes."""
+    effects = Effects()
+    if await is_job(conn, q, run_id):
+        queue = await db.job_reopen(conn, q, run_id)
+        if queue is None:
+            state = (await db.run_kind(conn, q, run_id) or {"state": "gone"})["state"]
+            raise InvalidStateError(f"run {run_id} is {state}; only a failed run can be retried")
+        effects.queues.add(queue)
+        return effects
     state = await lock_run(conn, q, run_id)
     if state != "failed":
         raise InvalidStateError(f"run {run_id} is {state}; only a failed run can be retried")
-    effects = Effects()
-    if job:
-        queue = await db.job_reopen(conn, q, run_id)
-        if queue is not None:
-            effects.queues.add(queue)
-        return effects
     reopened = await db.run_reopen(conn, q, run_id, node)
     if node is not None and (reopened is None or reopened["reset"] == 0):
         step = await db.step_get(conn, q, run_id, node)
@@ -153,10 +164,10 @@ async def fail_node_or_job(
 
     Returns whether the attempt still owned its task (False: its completion is rejected).
     """
-    await db.run_lock_many(conn, q, [run_id])
     if node is None:
         failed = await db.job_fail(conn, q, task_id, claims, error)
         return failed, Effects(ended={run_id} if failed else set())
+    await db.run_lock_many(conn, q, [run_id])
     if not await db.node_fail(conn, q, task_id, claims, error):
         return False, Effects()
     await db.run_fail(conn, q, run_id, error, drop_running=False)
@@ -174,6 +185,9 @@ async def expire_wait(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, erro
 
 async def expire_deadline(conn: Conn, q: Queries, run_id: uuid.UUID, error: str) -> Effects:
     """Fail a run past its deadline; its running handlers stop at their next heartbeat."""
+    if await is_job(conn, q, run_id):
+        failed = await db.job_end(conn, q, run_id, "failed", error)
+        return Effects(ended={run_id} if failed else set())
     states = await db.run_lock_many(conn, q, [run_id])
     if states.get(run_id) != "pending":
         return Effects()

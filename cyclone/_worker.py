@@ -479,4 +479,4 @@ class Worker:
                     effects.merge(
                         await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
                     )
-        await client._publish(effects.payloads())
+        client._publish(effects.payloads())

@@ -190,7 +190,7 @@ class Workflow(Generic[In]):
                     client, conn, key, encoded, result_node, opts, plan
                 )
             if created and wake:
-                await client._publish([queue_payload(q) for q in sorted(queues)])
+                client._publish([queue_payload(q) for q in sorted(queues)])
         else:
             conn, tracker = require_transaction(tx)
             run_id, created = await self._insert(

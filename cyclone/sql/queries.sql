@@ -2,10 +2,14 @@
 -- replaced by the client's validated, quoted schema. JSON travels as text cast to jsonb and
 -- comes back as ::text, so a caller's connection codecs never change it.
 --
--- Lock order, everywhere a transition touches several rows: runs (by id), then tasks (by id),
--- then steps. Statements that must decide on a run's current state lock the run in a statement
--- of their own first (run_lock_many), so the next statement's snapshot sees every commit that
--- came before the lock.
+-- Lock order, so that concurrent transitions of one run never deadlock:
+-- - a workflow run: the run row (by id), then its tasks (by id), then its steps. Statements
+--   that decide on the run's current state lock it in a statement of their own first
+--   (run_lock_many), so the next statement's snapshot sees every commit before the lock.
+-- - a standalone job: its task row, then its run row. Each job transition is one statement
+--   in which the run row is touched only after, and because of, the task row; so the hot
+--   completion path needs no lock statement of its own.
+-- A job run and a workflow run are never the same run, so the two orders never meet.
 
 -- name: migrations_lock
 SELECT pg_advisory_xact_lock(1668899692, hashtext($1));
@@ -148,8 +152,8 @@ SELECT id, state FROM __schema__.cyclone_runs
 WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE;
 
 -- name: job_complete_many
--- Completed attempts of standalone jobs (runs locked by the caller): the task row goes,
--- the run row takes the output. A task no longer owned by its attempt (reclaimed,
+-- Completed attempts of standalone jobs, in one statement (task rows, then their runs): the
+-- task row goes, the run row takes the output. A task no longer owned by its attempt (reclaimed,
 -- cancelled) matches nothing: that completion is rejected.
 WITH fenced AS (
     SELECT t.id, c.output
@@ -271,8 +275,8 @@ WHERE t.id = f.id
 RETURNING t.id, t.queue;
 
 -- name: job_fail
--- A job's last attempt failed (its run locked by the caller). A sequenced job keeps its
--- task row, failed, so that the rest of its sequence waits until it is retried or cancelled.
+-- A job's last attempt failed (task row, then run). A sequenced job keeps its task row,
+-- failed, so that the rest of its sequence waits until it is retried or cancelled.
 WITH gone AS (
     DELETE FROM __schema__.cyclone_tasks t
     WHERE t.id = $1 AND t.claims = $2 AND t.state = 'running' AND t.sequence_key IS NULL
@@ -402,24 +406,40 @@ WHERE r.id = $1 AND r.state = 'failed'
 RETURNING r.id, (SELECT count(*)::int FROM reset) AS reset;
 
 -- name: job_reopen
--- Re-open a failed job (locked by the caller) with a fresh attempt budget: revive its
--- blocking task if it kept one, else queue a new task.
-WITH r AS (
-    UPDATE __schema__.cyclone_runs
-    SET state = 'pending', error = NULL, finished_at = NULL, attempts = 0
-    WHERE id = $1 AND state = 'failed'
-    RETURNING id, name, queue, priority, max_attempts
-), revived AS (
+-- Re-open a failed job with a fresh attempt budget (task row, then run): revive its blocking
+-- task if it kept one, else queue a new task once the run re-opened.
+WITH revived AS (
     UPDATE __schema__.cyclone_tasks t
     SET state = 'available', attempt = 0, available_at = now()
-    WHERE t.run_id IN (SELECT id FROM r) AND t.state = 'failed'
+    WHERE t.run_id = $1 AND t.state = 'failed'
     RETURNING t.id
+), r AS (
+    UPDATE __schema__.cyclone_runs
+    SET state = 'pending', error = NULL, finished_at = NULL, attempts = 0
+    WHERE id = $1 AND state = 'failed' AND (SELECT count(*) FROM revived) >= 0
+    RETURNING id, name, queue, priority, max_attempts
 ), queued AS (
     INSERT INTO __schema__.cyclone_tasks (run_id, kind, queue, priority, max_attempts)
     SELECT id, name, queue, priority, max_attempts FROM r
-    WHERE NOT EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t WHERE t.run_id = r.id)
+    WHERE NOT EXISTS (SELECT 1 FROM revived)
 )
 SELECT queue FROM r;
+
+-- name: job_end
+-- Cancel a pending or failed job, or ($2 = 'failed') fail a pending one past its deadline:
+-- its task row goes first (a running handler stops at its next heartbeat), then the run.
+-- The subquery on "gone" makes the run wait for the task, keeping the job lock order.
+WITH gone AS (
+    DELETE FROM __schema__.cyclone_tasks WHERE run_id = $1 RETURNING id
+)
+UPDATE __schema__.cyclone_runs
+SET state = $2, error = $3::jsonb, finished_at = now()
+WHERE id = $1 AND (state = 'pending' OR (state = 'failed' AND $2 = 'cancelled'))
+  AND (SELECT count(*) FROM gone) >= 0
+RETURNING id;
+
+-- name: run_kind
+SELECT job, state FROM __schema__.cyclone_runs WHERE id = $1;
 
 -- name: run_release
 -- Queue the nodes of an open run (locked by the caller) whose dependencies are all done:
@@ -519,11 +539,13 @@ LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = r.id
 WHERE r.id = $1 AND r.job;
 
 -- name: run_purge
--- Delete up to $3 terminal runs in the states $2 that ended before $1, with their steps,
--- edges and leftover tasks. SKIP LOCKED: a run being retried or read is left for later.
+-- Delete up to $3 terminal runs in the states $2 that ended before $1, with their steps and
+-- edges. SKIP LOCKED: a run being retried is left for later. A failed sequenced job that
+-- still blocks its sequence (it kept a task row) stays until it is retried or cancelled.
 WITH doomed AS (
-    SELECT id FROM __schema__.cyclone_runs
+    SELECT id FROM __schema__.cyclone_runs r
     WHERE state = ANY ($2::text[]) AND state <> 'pending' AND finished_at < $1
+      AND NOT EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t WHERE t.run_id = r.id)
     ORDER BY finished_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -531,8 +553,6 @@ WITH doomed AS (
     DELETE FROM __schema__.cyclone_steps WHERE run_id IN (SELECT id FROM doomed)
 ), edges AS (
     DELETE FROM __schema__.cyclone_edges WHERE run_id IN (SELECT id FROM doomed)
-), tasks AS (
-    DELETE FROM __schema__.cyclone_tasks WHERE run_id IN (SELECT id FROM doomed)
 ), runs AS (
     DELETE FROM __schema__.cyclone_runs WHERE id IN (SELECT id FROM doomed) RETURNING id
 )

@@ -162,6 +162,7 @@ async def test_plain_enqueue_publishes_after_its_own_commit(
     await mail.enqueue(cyclone_env.client, 1)
     await sms.enqueue_many(cyclone_env.client, [1, 2, 3])
     await mail.enqueue(cyclone_env.client, 1, process_in=3600)
+    await cyclone_env.client.aclose()  # wakeups of plain enqueues go out in the background
     await listener.settle()
     assert listener.counts() == {"q:mail": 1, "q:sms": 1}
 

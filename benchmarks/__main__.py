@@ -1,0 +1,91 @@
+"""Run every benchmark on one PostgreSQL, in one run, and print Cyclone's figures as ratios to
+the raw-SQL floor: ``python -m benchmarks [--dsn DSN]``.
+
+Without ``--dsn`` (or ``CYCLONE_BENCH_DSN``) it starts a throwaway server with PostgreSQL's
+durable defaults (fsync on), so the numbers mean what they would in production.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+import asyncpg
+
+import cyclone
+from benchmarks import floor, library
+from benchmarks.floor import Figure
+from cyclone.testing import describe, postgres_server
+
+# (library figure, floor figure, target ratio, higher is better)
+PAIRS = [
+    ("enqueue_many", "insert_unnest", 0.50, True),
+    ("enqueue", "insert_single", 0.75, True),
+    ("drain", "drain_delete", 0.25, True),
+    ("wake p50", "wake_p50", 2.0, False),
+    ("wake p99", "wake_p99", None, False),
+]
+
+
+async def measure(dsn: str) -> tuple[dict[str, Figure], dict[str, Figure]]:
+    async with asyncpg.create_pool(dsn, min_size=2, max_size=20) as pool:
+        await cyclone.Client(pool).migrate()
+
+        async def connect() -> asyncpg.Connection:
+            conn: asyncpg.Connection = await asyncpg.connect(dsn)
+            return conn
+
+        raw = {f.name: f for f in await floor.run_all(pool, connect)}
+        lib: dict[str, Figure] = {}
+        for figure in [
+            await library.enqueue_many(pool),
+            await library.enqueue_single(pool),
+            await library.drain(pool, dsn),
+            *await library.wake_latency(pool),
+        ]:
+            lib[figure.name] = figure
+    return raw, lib
+
+
+def report(raw: dict[str, Figure], lib: dict[str, Figure]) -> str:
+    lines = [f"{'cyclone':<14}{'value':>12}  {'floor':<14}{'value':>12}  {'ratio':>7}  target"]
+    for mine, base, target, higher in PAIRS:
+        a, b = lib[mine], raw[base]
+        ratio = a.value / b.value
+        if target is None:
+            verdict = ""
+        elif higher:
+            verdict = f">= {target:.2f} {'ok' if ratio >= target else 'MISSED'}"
+        else:
+            verdict = f"<= {target:.2f} {'ok' if ratio <= target else 'MISSED'}"
+        lines.append(
+            f"{mine:<14}{a.value:>12,.1f}  {base:<14}{b.value:>12,.1f}  {ratio:>7.2f}  {verdict}"
+        )
+    lines.append("")
+    lines.append(
+        "floor only: "
+        + ", ".join(
+            f"{f.name} {f.value:,.1f} {f.unit}"
+            for f in raw.values()
+            if f.name not in {p[1] for p in PAIRS}
+        )
+    )
+    lines.append("units: " + ", ".join(f"{f.name} {f.unit} ({f.detail})" for f in lib.values()))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dsn", default=os.environ.get("CYCLONE_BENCH_DSN"))
+    args = parser.parse_args()
+    if args.dsn:
+        print(report(*asyncio.run(measure(args.dsn))))
+        return
+    with postgres_server(env_var="CYCLONE_BENCH_DSN", durable=True) as server:
+        print(f"# {describe(server)}, durable settings")
+        print(report(*asyncio.run(measure(server.dsn))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Cyclone's side of the benchmarks: the same work as each floor in ``floor.py``, through the
+library. Each function takes a pool on a scratch database where Cyclone is migrated, and
+leaves Cyclone's tables empty when it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import asyncpg
+
+import cyclone
+from benchmarks.floor import Figure
+
+ROOT = Path(__file__).resolve().parents[1]
+QUEUE = "bench"
+
+
+@cyclone.step("bench.noop", queue=QUEUE)
+async def noop(ctx: cyclone.Context, i: int) -> None:
+    return None
+
+
+async def _truncate(pool: asyncpg.Pool) -> None:
+    await pool.execute("TRUNCATE cyclone_runs, cyclone_steps, cyclone_edges, cyclone_tasks")
+    await pool.execute("VACUUM ANALYZE")
+
+
+async def enqueue_many(pool: asyncpg.Pool, n: int = 10_000, batch: int = 1_000) -> Figure:
+    """``enqueue_many`` in batches of ``batch``; jobs/s."""
+    client = cyclone.Client(pool)
+    await _truncate(pool)
+    start = time.perf_counter()
+    for lo in range(0, n, batch):
+        await noop.enqueue_many(client, list(range(lo, min(n, lo + batch))))
+    elapsed = time.perf_counter() - start
+    await _truncate(pool)
+    return Figure("enqueue_many", n / elapsed, "jobs/s", f"n={n} batch={batch}")
+
+
+async def enqueue_single(pool: asyncpg.Pool, n: int = 2_000) -> Figure:
+    """Sequential ``enqueue`` calls, each its own transaction (and wakeup); calls/s."""
+    client = cyclone.Client(pool)
+    await _truncate(pool)
+    start = time.perf_counter()
+    for i in range(n):
+        await noop.enqueue(client, i)
+    elapsed = time.perf_counter() - start
+    await _truncate(pool)
+    return Figure("enqueue", n / elapsed, "calls/s", f"n={n}, own transaction + NOTIFY each")
+
+
+async def drain(pool: asyncpg.Pool, dsn: str, n: int = 10_000, concurrency: int = 200) -> Figure:
+    """10,000 no-op jobs drained by one worker process; jobs/s from its start to empty."""
+    client = cyclone.Client(pool)
+    await _truncate(pool)
+    for lo in range(0, n, 1_000):
+        await noop.enqueue_many(client, list(range(lo, min(n, lo + 1_000))))
+    await pool.execute("VACUUM ANALYZE")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "benchmarks.drain_worker",
+        dsn,
+        str(n),
+        str(concurrency),
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"drain worker failed with {proc.returncode}")
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    await _truncate(pool)
+    return Figure(
+        "drain",
+        n / result["seconds"],
+        "jobs/s",
+        f"n={n}, 1 worker process, queue concurrency {concurrency}",
+    )
+
+
+async def wake_latency(
+    pool: asyncpg.Pool, samples: int = 200, warmup: int = 10
+) -> tuple[Figure, Figure]:
+    """Commit of a tracked enqueue to its handler starting in a listening worker; p50/p99 ms.
+
+    The clock starts just before COMMIT, as in the floor; publishing the wakeup after the
+    commit is part of what is measured.
+    """
+    client = cyclone.Client(pool)
+    await _truncate(pool)
+    started: asyncio.Queue[float] = asyncio.Queue()
+
+    @cyclone.step("bench.wake", queue="wake")
+    async def wake(ctx: cyclone.Context, i: int) -> None:
+        started.put_nowait(time.perf_counter())
+
+    latencies = []
+    worker = cyclone.Worker(client, steps=[wake], queues={"wake": 4}, poll_interval=10.0)
+    async with worker:
+        await asyncio.wait_for(client._notifier.connected.wait(), 30)
+        for i in range(samples + warmup):
+            async with pool.acquire() as conn:
+                ttx, wakeups = cyclone.track_wakeups(conn)
+                tx = ttx.transaction()
+                await tx.start()
+                await wake.enqueue_tx(client, ttx, i)
+                t0 = time.perf_counter()
+                await tx.commit()
+            await client.publish_wakeups(wakeups)
+            t1 = await asyncio.wait_for(started.get(), 30)
+            if i >= warmup:
+                latencies.append((t1 - t0) * 1000)
+            await worker.idle()
+    await _truncate(pool)
+    cuts = statistics.quantiles(latencies, n=100)
+    return (
+        Figure("wake p50", cuts[49], "ms", f"{samples} samples"),
+        Figure("wake p99", cuts[98], "ms", f"{samples} samples"),
+    )
+
+
+Bench = Callable[[asyncpg.Pool], Awaitable[Figure]]
