@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -26,29 +27,45 @@ def _decoder(tp: Any) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(tp)
 
 
+@functools.cache
 def _is_instance_type(tp: Any) -> bool:
     return isinstance(tp, type) and (issubclass(tp, msgspec.Struct) or dataclasses.is_dataclass(tp))
 
 
-def encode(value: object, tp: Any, *, what: str, limit: int) -> str:
-    """Encode ``value`` (declared as ``tp``) to JSON text, checking type, NUL and size."""
+def _check_types(values: Sequence[object], tp: Any, what: str) -> None:
     if _is_instance_type(tp):
-        if not isinstance(value, tp):
-            raise InvalidInputError(f"{what} must be a {tp.__name__}, not {type(value).__name__}")
+        for value in values:
+            if not isinstance(value, tp):
+                raise InvalidInputError(
+                    f"{what} must be a {tp.__name__}, not {type(value).__name__}"
+                )
     elif tp is not Any and tp is not object:
-        try:
-            msgspec.convert(value, tp, strict=True)
+        try:  # one conversion for the whole batch
+            msgspec.convert(values, list[tp], strict=True)
         except msgspec.ValidationError as exc:
             raise InvalidInputError(f"{what} does not match {tp!r}: {exc}") from exc
-    try:
-        data = _encoder.encode(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidInputError(f"{what} cannot be encoded as JSON: {exc}") from exc
-    if _NUL_ESCAPE.search(data):
-        raise InvalidInputError(f"{what} contains a NUL character, which jsonb cannot store")
-    if len(data) > limit:
-        raise PayloadTooLargeError(what, len(data), limit)
-    return data.decode("utf-8")
+
+
+def encode_many(values: Sequence[object], tp: Any, *, what: str, limit: int) -> list[str]:
+    """Encode each value (declared as ``tp``) to JSON text, checking type, NUL and size."""
+    _check_types(values, tp, what)
+    out = []
+    for value in values:
+        try:
+            data = _encoder.encode(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidInputError(f"{what} cannot be encoded as JSON: {exc}") from exc
+        if b"\\u0000" in data and _NUL_ESCAPE.search(data):
+            raise InvalidInputError(f"{what} contains a NUL character, which jsonb cannot store")
+        if len(data) > limit:
+            raise PayloadTooLargeError(what, len(data), limit)
+        out.append(data.decode("utf-8"))
+    return out
+
+
+def encode(value: object, tp: Any, *, what: str, limit: int) -> str:
+    """Encode one value; see :func:`encode_many`."""
+    return encode_many([value], tp, what=what, limit=limit)[0]
 
 
 def decode(text: str | bytes, tp: Any) -> Any:

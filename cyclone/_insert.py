@@ -42,14 +42,24 @@ ENQUEUE_OPTIONS = frozenset(
 _UNIQUE_TRIES = 3
 
 
+def uuid7_many(n: int) -> list[uuid.UUID]:
+    """``n`` time-ordered UUIDs (version 7): runs list newest-first by id, inserts stay local.
+
+    One clock read and one random draw for the batch; the 74 random bits of each id keep
+    ids unique within the same millisecond.
+    """
+    head = ((time.time_ns() // 1_000_000) & ((1 << 48) - 1)) << 80 | 0x7 << 76 | 0b10 << 62
+    rand = os.urandom(10 * n)
+    ids = []
+    for i in range(0, 10 * n, 10):
+        r = int.from_bytes(rand[i : i + 10], "big")
+        ids.append(uuid.UUID(int=head | ((r >> 62) & 0xFFF) << 64 | (r & ((1 << 62) - 1))))
+    return ids
+
+
 def uuid7() -> uuid.UUID:
-    """A time-ordered UUID (version 7): runs list newest-first by id, and inserts stay local."""
-    ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76 | ((rand >> 62) & 0xFFF) << 64
-    value |= 0b10 << 62 | (rand & ((1 << 62) - 1))
-    return uuid.UUID(int=value)
+    """One time-ordered UUID; see :func:`uuid7_many`."""
+    return uuid7_many(1)[0]
 
 
 def check_options(options: Mapping[str, Any], allowed: frozenset[str], *, call: str) -> Options:
@@ -84,15 +94,12 @@ async def enqueue(
     opts = check_options(options, ENQUEUE_OPTIONS, call="enqueue")
     if opts.unique is not None and len(inputs) != 1:
         raise InvalidInputError("unique= applies to a single enqueue, not to enqueue_many")
-    encoded = [
-        _codec.encode(
-            i, kind.input_type, what=f"input of {kind.name!r}", limit=client.payload_limit
-        )
-        for i in inputs
-    ]
-    if not encoded:
+    if not inputs:
         return []
-    ids = [uuid7() for _ in encoded]
+    encoded = _codec.encode_many(
+        inputs, kind.input_type, what=f"input of {kind.name!r}", limit=client.payload_limit
+    )
+    ids = uuid7_many(len(encoded))
     queue = opts.queue or kind.queue
     if tx is None:
         async with client._acquire() as conn:

@@ -107,8 +107,12 @@ FROM __schema__.cyclone_runs WHERE name = $1 AND key = $2;
 -- name: task_claim
 -- Claim up to $3 available tasks of one queue for kinds this worker serves. SKIP LOCKED lets
 -- workers claim side by side; a sequenced task is claimable only while no earlier task of its
--- sequence is live (available, running, or failed and blocking).
-WITH picked AS (
+-- sequence is live (available, running, or failed and blocking). The claim commits without
+-- waiting for its WAL flush: a claim lost in a crash only makes the task available again,
+-- which is what a crash does to it anyway.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+), picked AS (
     SELECT t.id
     FROM __schema__.cyclone_tasks t
     WHERE t.state = 'available' AND t.queue = $1 AND t.available_at <= now()
@@ -123,7 +127,7 @@ WITH picked AS (
 UPDATE __schema__.cyclone_tasks t
 SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
     lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
-FROM picked, __schema__.cyclone_runs r
+FROM picked, __schema__.cyclone_runs r, async_commit
 WHERE t.id = picked.id AND r.id = t.run_id
 RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
     r.name, r.input::text AS input,
@@ -134,8 +138,10 @@ RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
 
 -- name: task_heartbeat
 -- Extend the leases of tasks this worker still owns; a task missing from the result was
--- cancelled or reclaimed, and its handler must stop.
-WITH mine AS (
+-- cancelled or reclaimed, and its handler must stop. No WAL flush wait, as for claims.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+), mine AS (
     SELECT t.id
     FROM __schema__.cyclone_tasks t
     JOIN unnest($1::bigint[], $2::int[]) AS h (id, claims) ON t.id = h.id AND t.claims = h.claims
@@ -144,7 +150,7 @@ WITH mine AS (
     FOR UPDATE OF t
 )
 UPDATE __schema__.cyclone_tasks t SET lease_until = now() + make_interval(secs => $3)
-FROM mine WHERE t.id = mine.id
+FROM mine, async_commit WHERE t.id = mine.id
 RETURNING t.id, t.claims;
 
 -- name: run_lock_many
