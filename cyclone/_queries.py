@@ -224,9 +224,11 @@ async def run_kind(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | None:
     return await conn.fetchrow(q["run_kind"], run_id)
 
 
-async def run_reopen(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> Record | None:
-    """Reset a failed workflow run's failed nodes; a row if the run re-opened."""
-    return await conn.fetchrow(q["run_reopen"], run_id, node)
+async def run_reopen(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> Record:
+    """Reset a failed workflow run's failed nodes: how many, and whether the run re-opened."""
+    row = await conn.fetchrow(q["run_reopen"], run_id, node)
+    assert row is not None
+    return row
 
 
 async def job_reopen(conn: Conn, q: Queries, run_id: uuid.UUID) -> str | None:

@@ -106,16 +106,12 @@ async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> 
     if state != "failed":
         raise InvalidStateError(f"run {run_id} is {state}; only a failed run can be retried")
     reopened = await db.run_reopen(conn, q, run_id, node)
-    if node is not None and (reopened is None or reopened["reset"] == 0):
-        step = await db.step_get(conn, q, run_id, node)
-        if step is None:
+    if node is not None and reopened["reset"] == 0:
+        if await db.step_get(conn, q, run_id, node) is None:
             raise UnknownKindError(f"run {run_id} has no node {node!r}")
-        if reopened is None:
-            # Another failed node keeps the run failed; this one was reset all the same.
-            return effects
         raise InvalidStateError(f"node {node!r} of run {run_id} has not failed")
-    if reopened is None:
-        return effects
+    if not reopened["reopened"]:
+        return effects  # another failed node keeps the run failed; this one was reset
     waits_run, waits_node = [], []
     for row in await db.run_release(conn, q, run_id):
         if not row["wait"]:

@@ -402,14 +402,16 @@ WITH reset AS (
     SET state = 'pending', attempts = 0, finished_at = NULL
     WHERE run_id = $1 AND state = 'failed' AND ($2::text IS NULL OR node = $2)
     RETURNING node
+), reopened AS (
+    UPDATE __schema__.cyclone_runs r
+    SET state = 'pending', error = NULL, finished_at = NULL
+    WHERE r.id = $1 AND r.state = 'failed'
+      AND NOT EXISTS (
+          SELECT 1 FROM __schema__.cyclone_steps s
+          WHERE s.run_id = $1 AND s.state = 'failed' AND s.node NOT IN (SELECT node FROM reset))
+    RETURNING r.id
 )
-UPDATE __schema__.cyclone_runs r
-SET state = 'pending', error = NULL, finished_at = NULL
-WHERE r.id = $1 AND r.state = 'failed'
-  AND NOT EXISTS (
-      SELECT 1 FROM __schema__.cyclone_steps s
-      WHERE s.run_id = $1 AND s.state = 'failed' AND s.node NOT IN (SELECT node FROM reset))
-RETURNING r.id, (SELECT count(*)::int FROM reset) AS reset;
+SELECT (SELECT count(*)::int FROM reset) AS reset, EXISTS (SELECT 1 FROM reopened) AS reopened;
 
 -- name: job_reopen
 -- Re-open a failed job with a fresh attempt budget (task row, then run): revive its blocking
@@ -423,10 +425,11 @@ WITH revived AS (
     UPDATE __schema__.cyclone_runs
     SET state = 'pending', error = NULL, finished_at = NULL, attempts = 0
     WHERE id = $1 AND state = 'failed' AND (SELECT count(*) FROM revived) >= 0
-    RETURNING id, name, queue, priority, max_attempts
+    RETURNING id, name, queue, priority, max_attempts, errors
 ), queued AS (
-    INSERT INTO __schema__.cyclone_tasks (run_id, kind, queue, priority, max_attempts)
-    SELECT id, name, queue, priority, max_attempts FROM r
+    -- The new task carries the errors of earlier attempts, so the history survives.
+    INSERT INTO __schema__.cyclone_tasks (run_id, kind, queue, priority, max_attempts, errors)
+    SELECT id, name, queue, priority, max_attempts, errors FROM r
     WHERE NOT EXISTS (SELECT 1 FROM revived)
 )
 SELECT queue FROM r;
@@ -458,11 +461,13 @@ WITH open_run AS (
         wait_until = CASE WHEN s.kind IS NULL
                           THEN now() + make_interval(secs => s.wait_timeout) END
     WHERE s.run_id IN (SELECT id FROM open_run) AND s.state = 'pending' AND s.pending_deps = 0
-    RETURNING s.run_id, s.node, s.kind, s.queue, s.priority, s.max_attempts,
+    RETURNING s.run_id, s.node, s.kind, s.queue, s.priority, s.max_attempts, s.errors,
               s.signal IS NOT NULL AS signalled
 ), queued AS (
-    INSERT INTO __schema__.cyclone_tasks (run_id, node, kind, queue, priority, max_attempts)
-    SELECT run_id, node, kind, queue, priority, max_attempts FROM released
+    -- A retried node's task carries its earlier errors, so the history survives.
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, max_attempts, errors)
+    SELECT run_id, node, kind, queue, priority, max_attempts, errors FROM released
     WHERE kind IS NOT NULL
 )
 SELECT kind IS NULL AS wait, queue, node, signalled FROM released;

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import asyncpg
 
+import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.e2e.worker_app import charge
+from tests.e2e.worker_app import charge, flow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,36 +29,61 @@ async def start_worker(dsn: str, lease: float) -> asyncio.subprocess.Process:
     )
 
 
-async def test_sigkill_mid_step_is_reclaimed_and_completes_once(cyclone_env: CycloneEnv) -> None:
-    await cyclone_env.pool.execute(
-        "CREATE TABLE charges (order_id int, attempt int);"
-        "CREATE TABLE started (order_id int, attempt int)"
-    )
-    started_attempts: asyncio.Queue[str] = asyncio.Queue()
-    listener = await asyncpg.connect(cyclone_env.dsn)
-    await listener.add_listener(
-        "e2e_started", lambda *args: started_attempts.put_nowait(str(args[-1]))
-    )
-    run = await charge.enqueue(cyclone_env.client, 7)
-    doomed = await start_worker(cyclone_env.dsn, lease=1.0)
+async def kill_mid_step_then_rescue(env: CycloneEnv, run: cyclone.Run) -> None:
+    """Start a worker process, SIGKILL it inside the charge step, start another to rescue."""
+    started: asyncio.Queue[str] = asyncio.Queue()
+    listener = await asyncpg.connect(env.dsn)
+    await listener.add_listener("e2e_started", lambda *args: started.put_nowait(str(args[-1])))
+    doomed = await start_worker(env.dsn, lease=1.0)
     try:
-        assert await asyncio.wait_for(started_attempts.get(), 60) == "1"
+        assert await asyncio.wait_for(started.get(), 60) == "1"
         doomed.send_signal(signal.SIGKILL)
         assert await doomed.wait() == -signal.SIGKILL
     finally:
         if doomed.returncode is None:
             doomed.kill()
-    rescuer = await start_worker(cyclone_env.dsn, lease=30.0)
+    rescuer = await start_worker(env.dsn, lease=30.0)
     try:
-        assert await run.result(timeout=60) == "charged 7"  # type: ignore[attr-defined]
+        assert await run.wait(timeout=60) is cyclone.RunState.COMPLETED
     finally:
-        rescuer.send_signal(signal.SIGTERM)
         rescuer.kill()
         await rescuer.wait()
         await listener.close()
-    started = await cyclone_env.pool.fetch("SELECT attempt FROM started ORDER BY attempt")
+
+
+async def make_tables(env: CycloneEnv) -> None:
+    await env.pool.execute(
+        "CREATE TABLE charges (order_id int, attempt int);"
+        "CREATE TABLE started (order_id int, attempt int)"
+    )
+
+
+async def assert_charged_once(env: CycloneEnv, order_id: int) -> None:
+    started = await env.pool.fetch("SELECT attempt FROM started ORDER BY attempt")
     assert [r["attempt"] for r in started] == [1, 2]
-    charges = await cyclone_env.pool.fetch("SELECT order_id, attempt FROM charges")
-    assert [tuple(r) for r in charges] == [(7, 2)]  # attempt 1's write died with it
+    charges = await env.pool.fetch("SELECT order_id, attempt FROM charges")
+    assert [tuple(r) for r in charges] == [(order_id, 2)]  # attempt 1's write died with it
+
+
+async def test_sigkill_mid_step_is_reclaimed_and_completes_once(cyclone_env: CycloneEnv) -> None:
+    await make_tables(cyclone_env)
+    run = await charge.enqueue(cyclone_env.client, 7)
+    await kill_mid_step_then_rescue(cyclone_env, run)
+    assert await run.result() == "charged 7"  # type: ignore[attr-defined]
+    await assert_charged_once(cyclone_env, 7)
     errors = (await run.info()).nodes[0].errors
     assert [e["type"] for e in errors] == ["LeaseExpired"]
+
+
+async def test_sigkill_mid_workflow_completes_the_run_once(cyclone_env: CycloneEnv) -> None:
+    await make_tables(cyclone_env)
+    run = await flow.submit(cyclone_env.client, 8)
+    await kill_mid_step_then_rescue(cyclone_env, run)
+    assert await run.result() == "shipped after charged 8"
+    await assert_charged_once(cyclone_env, 8)
+    nodes = {n.name: (n.state, n.attempts) for n in (await run.info()).nodes}
+    assert nodes == {
+        "e2e.prepare": ("completed", 1),
+        "charge": ("completed", 2),
+        "e2e.ship": ("completed", 1),
+    }

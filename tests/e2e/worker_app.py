@@ -31,11 +31,34 @@ async def charge(ctx: cyclone.Context, order_id: int) -> str:
     return f"charged {order_id}"
 
 
+@cyclone.step("e2e.prepare", queue="e2e")
+async def prepare(ctx: cyclone.Context, order_id: int) -> int:
+    return order_id
+
+
+@cyclone.step("e2e.ship", queue="e2e")
+async def ship(ctx: cyclone.Context, order_id: int) -> str:
+    charged = await ctx.output("charge")
+    return f"shipped after {charged}"
+
+
+# prepare -> charge (killed mid-step on its first attempt) -> ship
+flow = cyclone.define_result("e2e.flow", int, str)
+_prepared = flow.node(prepare)
+_charged = flow.node(charge, name="charge", after=[_prepared])
+flow.set_result(flow.node(ship, after=[_charged]))
+
+
 async def main(dsn: str, lease: float) -> None:
     async with asyncpg.create_pool(dsn, min_size=1, max_size=4) as pool:
         client = cyclone.Client(pool)
         worker = cyclone.Worker(
-            client, steps=[charge], poll_interval=0.1, lease=lease, maintenance_interval=0.2
+            client,
+            steps=[charge],
+            workflows=[flow],
+            poll_interval=0.1,
+            lease=lease,
+            maintenance_interval=0.2,
         )
         await worker.run()
 
