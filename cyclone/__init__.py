@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from cyclone._client import Client
+from cyclone._client import Client, Retention
 from cyclone._context import Context, Snooze
 from cyclone._errors import (
     ContextError,
@@ -49,6 +49,7 @@ __all__ = [
     "PayloadTooLargeError",
     "ResultRun",
     "ResultWorkflow",
+    "Retention",
     "Run",
     "RunCancelledError",
     "RunFailedError",

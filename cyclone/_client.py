@@ -8,6 +8,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -32,6 +33,44 @@ from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
 logger = logging.getLogger("cyclone")
 
 DEFAULT_PAYLOAD_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long terminal runs are kept before the workers' sweeper deletes them.
+
+    ``None`` keeps runs in that state forever. A run's submit key stays taken while the
+    run is kept, so keep runs longer than a caller may retry a request. ``batch`` caps the
+    rows deleted per statement, so each sweep holds its locks only briefly.
+    """
+
+    completed: dt.timedelta | None = None
+    failed: dt.timedelta | None = None
+    cancelled: dt.timedelta | None = None
+    batch: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("completed", "failed", "cancelled"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, dt.timedelta) or value < dt.timedelta(0)
+            ):
+                raise InvalidInputError(f"Retention.{name} must be a non-negative timedelta")
+        validate_int(self.batch, what="Retention.batch", low=1)
+
+    def ages(self) -> list[tuple[RunState, dt.timedelta]]:
+        """Each state with a retention, and its age."""
+        return [
+            (state, age)
+            for state, age in (
+                (RunState.COMPLETED, self.completed),
+                (RunState.FAILED, self.failed),
+                (RunState.CANCELLED, self.cancelled),
+            )
+            if age is not None
+        ]
+
+
 _WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notifications do
 _PURGE_BATCH = 1000
 
@@ -42,7 +81,8 @@ class Client:
     ``notify`` turns LISTEN on or off for this process (workers and ``run.wait``); it does not
     affect ``publish_wakeups``. ``notify_coalesce`` (seconds) gathers wakeups published within
     that window into one NOTIFY per queue. ``payload_limit`` and ``output_limit`` cap encoded
-    inputs and outputs in bytes.
+    inputs and outputs in bytes. ``retention`` (a :class:`Retention`) makes every worker of this
+    client delete terminal runs once they are old enough.
     """
 
     def __init__(
@@ -52,7 +92,7 @@ class Client:
         schema: str = "public",
         notify: bool = True,
         notify_coalesce: float = 0.0,
-        retention: Any = None,
+        retention: Retention | None = None,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         output_limit: int = DEFAULT_PAYLOAD_LIMIT,
     ) -> None:
@@ -66,6 +106,8 @@ class Client:
             raise InvalidInputError(f"schema name {schema!r} is too long for a channel name")
         self.notify = bool(notify)
         self.notify_coalesce = seconds(notify_coalesce, what="notify_coalesce")
+        if retention is not None and not isinstance(retention, Retention):
+            raise InvalidInputError("retention must be a cyclone.Retention")
         self.retention = retention
         self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
         self.output_limit = validate_int(output_limit, what="output_limit", low=1)
@@ -215,17 +257,26 @@ class Client:
 
         Deletes in batches, each its own short transaction. A purged run's submit key is free.
         """
-        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(
-            seconds=seconds(older_than, what="older_than")
-        )
-        wanted = [RunState(s).value for s in states]
+        age = dt.timedelta(seconds=seconds(older_than, what="older_than"))
+        wanted = [RunState(s) for s in states]
+        return await self._purge([(s, age) for s in wanted], _PURGE_BATCH, batches=None)
+
+    async def _purge(
+        self, ages: list[tuple[RunState, dt.timedelta]], batch: int, *, batches: int | None
+    ) -> int:
+        """Purge in batches of ``batch``, each its own transaction; stop after ``batches``."""
+        now = dt.datetime.now(dt.UTC)
         total = 0
-        while True:
-            async with self._acquire() as conn:
-                count = await db.run_purge(conn, self.queries, cutoff, wanted, _PURGE_BATCH)
-            total += count
-            if count < _PURGE_BATCH:
-                return total
+        for state, age in ages:
+            done = 0
+            while batches is None or done < batches:
+                async with self._acquire() as conn:
+                    count = await db.run_purge(conn, self.queries, now - age, [state.value], batch)
+                total += count
+                done += 1
+                if count < batch:
+                    break
+        return total
 
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output.

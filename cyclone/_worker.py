@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cyclone")
 
 DEFAULT_CONCURRENCY = 10
+_PURGE_BATCHES_PER_PASS = 10
 _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
@@ -434,7 +435,8 @@ class Worker:
                 logger.warning("cyclone: maintenance failed: %s", exc, extra={"worker": self.id})
 
     async def maintain_once(self, limit: int = 100) -> None:
-        """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes."""
+        """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, and
+        (with a client ``retention``) delete terminal runs old enough."""
         client, q = self.client, self.client.queries
         effects = _transitions.Effects()
         async with client._acquire() as conn:
@@ -480,3 +482,10 @@ class Worker:
                         await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
                     )
         client._publish(effects.payloads())
+        if client.retention is not None:
+            # A few batches per pass: a large backlog drains over passes, never in one long go.
+            purged = await client._purge(
+                client.retention.ages(), client.retention.batch, batches=_PURGE_BATCHES_PER_PASS
+            )
+            if purged:
+                logger.info("cyclone: retention purged %d runs", purged, extra={"worker": self.id})
