@@ -43,6 +43,9 @@ async def measure(dsn: str) -> tuple[dict[str, Figure], dict[str, Figure]]:
             await library.enqueue_single(pool),
             await library.drain(pool, dsn),
             *await library.wake_latency(pool),
+            *await library.workflow_runs(pool, dsn, library.chain3, runs=300),
+            *await library.workflow_runs(pool, dsn, library.fanout, runs=20),
+            *await library.submit_rates(pool),
         ]:
             lib[figure.name] = figure
     return raw, lib
@@ -63,6 +66,14 @@ def report(raw: dict[str, Figure], lib: dict[str, Figure]) -> str:
             f"{mine:<14}{a.value:>12,.1f}  {base:<14}{b.value:>12,.1f}  {ratio:>7.2f}  {verdict}"
         )
     lines.append("")
+    for name in ("chain3 runs", "chain3 trips", "fanout runs", "fanout trips"):
+        f = lib[name]
+        lines.append(f"{name:<20}{f.value:>10,.1f} {f.unit} ({f.detail})")
+    plain = lib["submit"].value
+    for name in ("submit", "submit_once new", "submit_once repeat"):
+        f = lib[name]
+        lines.append(f"{name:<20}{f.value:>10,.1f} {f.unit}  ratio to submit {f.value / plain:.2f}")
+    lines.append("")
     lines.append(
         "floor only: "
         + ", ".join(
@@ -71,7 +82,9 @@ def report(raw: dict[str, Figure], lib: dict[str, Figure]) -> str:
             if f.name not in {p[1] for p in PAIRS}
         )
     )
-    lines.append("units: " + ", ".join(f"{f.name} {f.unit} ({f.detail})" for f in lib.values()))
+    lines.append(
+        "units: " + ", ".join(f"{lib[m].name} {lib[m].unit} ({lib[m].detail})" for m, *_ in PAIRS)
+    )
     return "\n".join(lines)
 
 

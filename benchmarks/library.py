@@ -130,3 +130,75 @@ async def wake_latency(
 
 
 Bench = Callable[[asyncpg.Pool], Awaitable[Figure]]
+
+
+chain3 = cyclone.define("bench.chain3", int)
+_a = chain3.node(noop, name="a")
+_b = chain3.node(noop, name="b", after=[_a])
+chain3.node(noop, name="c", after=[_b])
+
+fanout = cyclone.define("bench.fanout", int)
+_root = fanout.node(noop, name="root")
+for _i in range(100):
+    fanout.node(noop, name=f"leaf{_i}", after=[_root])
+
+
+async def workflow_runs(
+    pool: asyncpg.Pool, dsn: str, workflow: cyclone.Workflow[int], runs: int
+) -> tuple[Figure, Figure]:
+    """Submit ``runs`` runs, drain them with one in-process worker; runs/s and the worker's
+    statements (round trips) per node, every statement counted: claims, completions,
+    heartbeats, maintenance and wakeups."""
+    client = cyclone.Client(pool)
+    await _truncate(pool)
+    statements = 0
+
+    def count(_record: object) -> None:
+        nonlocal statements
+        statements += 1
+
+    async def setup(conn: asyncpg.pool.PoolConnectionProxy) -> None:
+        # On every acquire: releasing a connection to the pool drops its query loggers.
+        conn.add_query_logger(count)
+
+    async with asyncpg.create_pool(dsn, min_size=4, max_size=8, setup=setup) as worker_pool:
+        worker_client = cyclone.Client(worker_pool)
+        handles = [await workflow.submit(client, i) for i in range(runs)]
+        statements = 0
+        start = time.perf_counter()
+        async with cyclone.Worker(
+            worker_client, workflows=[workflow], queues={QUEUE: 200}, poll_interval=0.05
+        ):
+            for run in handles:
+                await run.wait(timeout=600)
+        elapsed = time.perf_counter() - start
+        await worker_client.aclose()
+    nodes = runs * len(workflow.nodes)
+    await _truncate(pool)
+    name = workflow.name.removeprefix("bench.")
+    return (
+        Figure(
+            f"{name} runs", runs / elapsed, "runs/s", f"{runs} runs of {len(workflow.nodes)} nodes"
+        ),
+        Figure(f"{name} trips", statements / nodes, "statements/node", "worker side"),
+    )
+
+
+async def submit_rates(pool: asyncpg.Pool, n: int = 1_000) -> list[Figure]:
+    """Sequential ``submit`` vs ``submit_once`` with new keys and with repeated keys."""
+    client = cyclone.Client(pool)
+    figures = []
+    for label in ("submit", "submit_once new", "submit_once repeat"):
+        await _truncate(pool)
+        if label == "submit_once repeat":
+            for i in range(n):
+                await chain3.submit_once(client, f"k{i}", i)
+        start = time.perf_counter()
+        for i in range(n):
+            if label == "submit":
+                await chain3.submit(client, i)
+            else:
+                await chain3.submit_once(client, f"k{i}", i)
+        figures.append(Figure(label, n / (time.perf_counter() - start), "calls/s", "3-node chain"))
+    await _truncate(pool)
+    return figures
