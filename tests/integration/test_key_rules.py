@@ -16,6 +16,9 @@ async def keyed(ctx: cyclone.Context, n: int) -> int:
     return n
 
 
+keyed_flow = cyclone.define("keyed.flow", int)
+keyed_flow.node(keyed)
+
 invalid_keys = (
     st.just("")
     | st.text(min_size=1, max_size=20).map(lambda s: s[:10] + "\x00" + s[10:])
@@ -42,6 +45,8 @@ async def test_invalid_keys_send_no_sql(cyclone_env: CycloneEnv, key: str) -> No
                     await keyed.enqueue_tx(cyclone_env.client, conn, 1, unique=key)
                 with pytest.raises(cyclone.InvalidKeyError):
                     await keyed.enqueue_tx(cyclone_env.client, conn, 1, sequence=key)
+                with pytest.raises(cyclone.InvalidKeyError):
+                    await keyed_flow.submit_once_tx(cyclone_env.client, conn, key, 1)
         finally:
             conn.remove_query_logger(log)
     assert [q for q in sent if "cyclone" in q] == []

@@ -1,0 +1,157 @@
+"""The client: migrations, schemas, listing runs, round trips, surviving dropped connections."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import asyncpg
+import pytest
+
+import cyclone
+from cyclone.testing.plugin import CycloneEnv
+from tests.conftest import fast_worker
+
+
+@cyclone.step("client.echo")
+async def echo(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+async def test_concurrent_migrations_apply_once(cyclone_env: CycloneEnv) -> None:
+    pools = [await asyncpg.create_pool(cyclone_env.dsn, min_size=1, max_size=1) for _ in range(5)]
+    try:
+        clients = [cyclone.Client(p, schema="tenant_a") for p in pools]
+        applied = await asyncio.gather(*(c.migrate() for c in clients))
+    finally:
+        for pool in pools:
+            await pool.close()
+    assert sorted(applied) == [[], [], [], [], [1]]
+    assert await cyclone.Client(cyclone_env.pool, schema="tenant_a").migrate() == []
+
+
+async def test_a_schema_of_its_own(cyclone_env: CycloneEnv) -> None:
+    tenant = cyclone.Client(cyclone_env.pool, schema="tenant_b")
+    await tenant.migrate()
+    run = await echo.enqueue(tenant, 5)
+    async with fast_worker(tenant, steps=[echo]):
+        assert await run.result(timeout=30) == 5  # type: ignore[attr-defined]
+    # The public schema's tables never saw it.
+    assert await cyclone_env.pool.fetchval("SELECT count(*) FROM public.cyclone_runs") == 0
+    assert await cyclone_env.pool.fetchval("SELECT count(*) FROM tenant_b.cyclone_runs") == 1
+    with pytest.raises(cyclone.RunNotFoundError):
+        await cyclone_env.client.get_run(run.id)
+
+
+@pytest.mark.parametrize("schema", ["", "Upper", "bad-name", "x" * 64, "a;drop"])
+def test_schema_names_are_validated(cyclone_env: CycloneEnv, schema: str) -> None:
+    with pytest.raises(ValueError):
+        cyclone.Client(cyclone_env.pool, schema=schema)
+
+
+def test_client_needs_a_pool() -> None:
+    with pytest.raises(cyclone.InvalidInputError):
+        cyclone.Client("postgresql://nowhere")  # type: ignore[arg-type]
+
+
+async def test_list_runs_filters_and_pages(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    wf = cyclone.define("listed", int)
+    wf.node(echo)
+    jobs = await echo.enqueue_many(client, list(range(5)))
+    keyed, _ = await wf.submit_once(client, "the-key", 1)
+    cancelled = await echo.enqueue(client, 99)
+    await cancelled.cancel()
+
+    everything = await client.list_runs()
+    assert [r.id for r in everything.runs] == sorted(
+        [r.id for r in [*jobs, keyed, cancelled]], reverse=True
+    )  # newest first
+    assert everything.next_cursor is None
+
+    by_name = await client.list_runs(cyclone.RunQuery(name="listed"))
+    assert [r.id for r in by_name.runs] == [keyed.id]
+    assert (await client.list_runs(cyclone.RunQuery(key="the-key"))).runs[0].id == keyed.id
+    states = await client.list_runs(cyclone.RunQuery(state=cyclone.RunState.CANCELLED))
+    assert [r.id for r in states.runs] == [cancelled.id]
+    several = await client.list_runs(
+        cyclone.RunQuery(state=[cyclone.RunState.CANCELLED, cyclone.RunState.PENDING])
+    )
+    assert len(several.runs) == 7
+
+    seen = []
+    query = cyclone.RunQuery(name="client.echo", limit=2)
+    while True:
+        page = await client.list_runs(query)
+        assert len(page.runs) <= 2
+        seen += [r.id for r in page.runs]
+        if page.next_cursor is None:
+            break
+        query = cyclone.RunQuery(name="client.echo", limit=2, cursor=page.next_cursor)
+    assert seen == sorted([r.id for r in [*jobs, cancelled]], reverse=True)
+
+    now = dt.datetime.now(dt.UTC)
+    assert (await client.list_runs(cyclone.RunQuery(created_after=now))).runs == []
+    assert len((await client.list_runs(cyclone.RunQuery(created_before=now))).runs) == 7
+    with pytest.raises(cyclone.InvalidInputError):
+        await client.list_runs(cyclone.RunQuery(cursor="not-a-cursor"))
+    with pytest.raises(cyclone.InvalidInputError):
+        await client.list_runs(cyclone.RunQuery(limit=0))
+
+
+async def test_running_state_is_reported(cyclone_env: CycloneEnv) -> None:
+    run = await echo.enqueue(cyclone_env.client, 1)
+    await cyclone_env.pool.execute("UPDATE cyclone_tasks SET state = 'running', attempt = 1")
+    page = await cyclone_env.client.list_runs(cyclone.RunQuery(state=cyclone.RunState.RUNNING))
+    assert [r.id for r in page.runs] == [run.id]
+    assert await run.status() is cyclone.RunState.RUNNING
+
+
+async def test_enqueue_many_is_one_statement(cyclone_env: CycloneEnv) -> None:
+    sent: list[str] = []
+
+    def log(record: object) -> None:
+        sent.append(str(getattr(record, "query", "")))
+
+    async with cyclone_env.pool.acquire() as conn:
+        conn.add_query_logger(log)
+        try:
+            async with conn.transaction():
+                await echo.enqueue_many_tx(cyclone_env.client, conn, list(range(500)))
+                wf = cyclone.define("wide", int)
+                root = wf.node(echo, name="root")
+                for i in range(50):
+                    wf.node(echo, name=f"n{i}", after=[root])
+                await wf.submit_tx(cyclone_env.client, conn, 1)
+        finally:
+            conn.remove_query_logger(log)
+    mine = [q for q in sent if "cyclone_" in q]
+    assert len(mine) == 2  # one for 500 jobs, one for a run with 51 nodes and 50 edges
+    assert await cyclone_env.pool.fetchval("SELECT count(*) FROM cyclone_runs") == 501
+
+
+async def test_worker_and_client_survive_dropped_connections(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    async with fast_worker(client, steps=[echo]):
+        await asyncio.wait_for(client._notifier.connected.wait(), 30)
+        first = await echo.enqueue(client, 1)
+        assert await first.result(timeout=30) == 1  # type: ignore[attr-defined]
+        # Drop every other session, as a failover or a restarted proxy would.
+        admin = await asyncpg.connect(cyclone_env.dsn)
+        try:
+            dropped = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await admin.close()
+        assert dropped >= 2  # the pool's connections and the LISTEN connection
+        second = None
+        async with asyncio.timeout(60):
+            while second is None:
+                try:
+                    second = await echo.enqueue(client, 2)
+                except (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError, OSError):
+                    await asyncio.sleep(0.05)  # the pool notices its dead connections
+        assert await second.result(timeout=60) == 2  # type: ignore[attr-defined]
+        await asyncio.wait_for(client._notifier.connected.wait(), 60)  # it reconnected
