@@ -16,6 +16,7 @@ import asyncpg
 
 from cyclone import _codec, _transitions
 from cyclone import _queries as db
+from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._errors import (
     InvalidInputError,
     InvalidStateError,
@@ -31,8 +32,6 @@ from cyclone._sql import Queries
 from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
 
 logger = logging.getLogger("cyclone")
-
-DEFAULT_PAYLOAD_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import msgspec
 
 from cyclone._errors import InvalidInputError, PayloadTooLargeError
 
+DEFAULT_PAYLOAD_LIMIT = 1 << 20
 _encoder = msgspec.json.Encoder()
 
 # jsonb cannot store the NUL character; an escaped backslash before "u0000" is not one.

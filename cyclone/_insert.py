@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from cyclone import _codec
 from cyclone import _queries as db
+from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._errors import DuplicateError, InvalidInputError, NotInTransactionError
 from cyclone._notifier import queue_payload
 from cyclone._options import Options, parse
+from cyclone._recorder import RecordedEnqueue, TxRecorder
 from cyclone._run import ResultRun, Run
 from cyclone._wakeups import TrackedConnection, Tx, unwrap
 
@@ -83,9 +85,18 @@ def require_transaction(tx: Tx) -> tuple[db.Conn, TrackedConnection | None]:
     return conn, tracker
 
 
+def payload_limit(client: Client | None, tx: object) -> int:
+    """The client's input limit; a recorder in a unit test may come without a client."""
+    if client is None:
+        if not isinstance(tx, TxRecorder):
+            raise InvalidInputError("a client is needed to enqueue or submit")
+        return DEFAULT_PAYLOAD_LIMIT
+    return client.payload_limit
+
+
 async def enqueue(
     client: Client,
-    tx: Tx | None,
+    tx: Tx | TxRecorder | None,
     kind: Kind[Any, Any],
     inputs: Sequence[Any],
     options: Mapping[str, Any],
@@ -97,11 +108,15 @@ async def enqueue(
     if not inputs:
         return []
     encoded = _codec.encode_many(
-        inputs, kind.input_type, what=f"input of {kind.name!r}", limit=client.payload_limit
+        inputs, kind.input_type, what=f"input of {kind.name!r}", limit=payload_limit(client, tx)
     )
     ids = uuid7_many(len(encoded))
     queue = opts.queue or kind.queue
-    if tx is None:
+    if isinstance(tx, TxRecorder):
+        tx.enqueued.extend(
+            RecordedEnqueue(kind.name, value, opts, i) for value, i in zip(inputs, ids, strict=True)
+        )
+    elif tx is None:
         async with client._acquire() as conn:
             if opts.unique is None and opts.sequence is None:
                 await _insert_jobs(client, conn, kind, ids, encoded, opts, queue)

@@ -118,6 +118,11 @@ async def task_heartbeat(
     return {(r["id"], r["claims"]) for r in rows}
 
 
+async def task_pending_work(conn: Conn, q: Queries, kinds: Sequence[str]) -> bool:
+    """Whether any of ``kinds`` has a task claimable now or running."""
+    return bool(await conn.fetchval(q["task_pending_work"], kinds))
+
+
 async def run_lock_many(
     conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, str]:

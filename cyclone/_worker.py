@@ -207,6 +207,20 @@ class Worker:
         """Wait until no handler of this worker is running (it may claim more afterwards)."""
         await self._idle.wait()
 
+    async def drain(self) -> None:
+        """Wait until none of this worker's kinds has work claimable now or running.
+
+        Work scheduled for later (``process_in``, retry backoff) is not waited for.
+        """
+        while True:
+            await self._idle.wait()
+            async with self.client._acquire() as conn:
+                if not await db.task_pending_work(conn, self.client.queries, self._kinds):
+                    return
+            for queue in self._queues.values():
+                queue.wake.set()
+            await asyncio.sleep(min(self.poll_interval, 0.05))  # let the producers claim it
+
     async def __aenter__(self) -> Worker:
         await self.start()
         return self

@@ -15,11 +15,12 @@ from typing import Any, Generic, TypeVar, overload
 from cyclone import _codec
 from cyclone import _queries as db
 from cyclone._errors import InvalidInputError, SubmitConflictError, UnknownKindError
-from cyclone._insert import check_options, require_transaction, uuid7
+from cyclone._insert import check_options, payload_limit, require_transaction, uuid7
 from cyclone._keys import validate_key
 from cyclone._kinds import Kind, Step
 from cyclone._notifier import queue_payload
 from cyclone._options import Options, seconds
+from cyclone._recorder import RecordedSubmit, TxRecorder
 from cyclone._run import ResultRun, Run
 from cyclone._wakeups import Tx
 
@@ -172,19 +173,27 @@ class Workflow(Generic[In]):
         return None
 
     async def _submit(
-        self, client: Any, tx: Tx | None, key: str | None, input: In, options: Mapping[str, Any]
+        self,
+        client: Any,
+        tx: Tx | TxRecorder | None,
+        key: str | None,
+        input: In,
+        options: Mapping[str, Any],
     ) -> tuple[Run, bool]:
         opts = check_options(options, SUBMIT_OPTIONS, call="submit")
         if not self._nodes:
             raise InvalidInputError(f"workflow {self.name!r} has no nodes")
         result_node = self._result_node()
         encoded = _codec.encode(
-            input, self.input_type, what=f"input of {self.name!r}", limit=client.payload_limit
+            input, self.input_type, what=f"input of {self.name!r}", limit=payload_limit(client, tx)
         )
         plan = self._plan(opts)
         queues = {n.kind.queue for n in self._nodes.values() if n.kind and not n.after}
         wake = opts.claimable_now()
-        if tx is None:
+        if isinstance(tx, TxRecorder):
+            run_id, created = uuid7(), True
+            tx.submitted.append(RecordedSubmit(self.name, input, opts, run_id, key))
+        elif tx is None:
             async with client._acquire() as conn:
                 run_id, created = await self._insert(
                     client, conn, key, encoded, result_node, opts, plan

@@ -153,6 +153,14 @@ UPDATE __schema__.cyclone_tasks t SET lease_until = now() + make_interval(secs =
 FROM mine, async_commit WHERE t.id = mine.id
 RETURNING t.id, t.claims;
 
+-- name: task_pending_work
+-- Whether any of these kinds has a task claimable now or running (for draining in tests).
+SELECT EXISTS (
+    SELECT 1 FROM __schema__.cyclone_tasks
+    WHERE kind = ANY ($1::text[])
+      AND (state = 'running' OR (state = 'available' AND available_at <= now()))
+);
+
 -- name: run_lock_many
 SELECT id, state FROM __schema__.cyclone_runs
 WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE;

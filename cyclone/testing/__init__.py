@@ -1,4 +1,7 @@
-"""Test helpers: throwaway PostgreSQL servers and a pytest plugin with isolated databases.
+"""Test helpers: handler contexts without a database, throwaway PostgreSQL servers, and a
+pytest plugin with isolated databases.
+
+:func:`new_context` and :class:`TxRecorder` unit-test a handler as a plain coroutine.
 
 The pytest plugin lives in :mod:`cyclone.testing.plugin` (registered as the ``cyclone`` entry
 point): it gives each test a fresh database cloned from a migrated template, on one server per
@@ -8,6 +11,8 @@ PostgreSQL for local development with :func:`postgres_server`.
 
 from __future__ import annotations
 
+from cyclone._recorder import RecordedEnqueue, RecordedQuery, RecordedSubmit, TxRecorder
+from cyclone.testing._context import new_context
 from cyclone.testing._postgres import (
     PostgresServer,
     PostgresUnavailableError,
@@ -18,6 +23,11 @@ from cyclone.testing._postgres import (
 __all__ = [
     "PostgresServer",
     "PostgresUnavailableError",
+    "RecordedEnqueue",
+    "RecordedQuery",
+    "RecordedSubmit",
+    "TxRecorder",
     "describe",
+    "new_context",
     "postgres_server",
 ]

@@ -6,7 +6,11 @@ Fixtures:
   it comes from; the session header says which source it used).
 - ``cyclone_databases`` (session): a :class:`DatabaseFactory` that clones fresh databases from
   a template migrated once per session.
-- ``cyclone_env`` (function): a :class:`CycloneEnv` with its own database, pool and client.
+- ``cyclone_env`` (function): a :class:`CycloneEnv` with its own database, pool and client;
+  ``env.worker(steps=...)`` makes a worker with short test intervals and
+  ``await env.drain(steps=...)`` runs one until no claimable work is left.
+- ``cyclone_worker`` (function): ``await cyclone_worker(steps=[...])`` starts a worker that is
+  stopped after the test.
 
 Each test's database is its own, so tests are isolated and can run in parallel (pytest-xdist
 workers each get their own template).
@@ -17,17 +21,30 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import pytest
 import pytest_asyncio
 
 from cyclone._client import Client
+from cyclone._kinds import Step
+from cyclone._worker import Worker
+from cyclone._workflow import Workflow
 from cyclone.testing._postgres import PostgresServer, describe, postgres_server
 
 _counter = itertools.count()
+
+
+# Short intervals so that tests wait on events, not on clocks.
+TEST_WORKER_OPTIONS: dict[str, Any] = {
+    "poll_interval": 0.05,
+    "lease": 5.0,
+    "maintenance_interval": 0.2,
+    "shutdown_timeout": 5.0,
+}
 
 
 @dataclass
@@ -37,6 +54,31 @@ class CycloneEnv:
     dsn: str
     pool: asyncpg.Pool
     client: Client
+
+    def worker(
+        self,
+        *,
+        steps: Sequence[Step[Any, Any]] = (),
+        workflows: Sequence[Workflow[Any]] = (),
+        **options: Any,
+    ) -> Worker:
+        """A worker on this database with short test intervals; use it with ``async with``."""
+        return Worker(
+            self.client, steps=steps, workflows=workflows, **{**TEST_WORKER_OPTIONS, **options}
+        )
+
+    async def drain(
+        self,
+        *,
+        steps: Sequence[Step[Any, Any]] = (),
+        workflows: Sequence[Workflow[Any]] = (),
+        timeout: float = 60.0,
+        **options: Any,
+    ) -> None:
+        """Run a worker until no work of its kinds is claimable now or running, then stop it."""
+        async with asyncio.timeout(timeout):
+            async with self.worker(steps=steps, workflows=workflows, **options) as worker:
+                await worker.drain()
 
 
 class DatabaseFactory:
@@ -113,6 +155,29 @@ async def cyclone_env(cyclone_databases: DatabaseFactory) -> AsyncIterator[Cyclo
         await client.aclose()
         await pool.close()
         await cyclone_databases.drop(dsn)
+
+
+@pytest_asyncio.fixture
+async def cyclone_worker(
+    cyclone_env: CycloneEnv,
+) -> AsyncIterator[Callable[..., Awaitable[Worker]]]:
+    """Start workers on the test's database: ``await cyclone_worker(steps=[...])``.
+
+    Each is started at once and stopped after the test.
+    """
+    started: list[Worker] = []
+
+    async def start(**kwargs: Any) -> Worker:
+        worker = cyclone_env.worker(**kwargs)
+        await worker.start()
+        started.append(worker)
+        return worker
+
+    try:
+        yield start
+    finally:
+        for worker in reversed(started):
+            await worker.stop()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

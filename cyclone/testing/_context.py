@@ -1,0 +1,44 @@
+"""Handler contexts for unit tests: run a handler as a plain coroutine, no worker, no database."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from cyclone._client import Client
+from cyclone._context import Context
+from cyclone._recorder import TxRecorder
+
+
+def new_context(
+    *,
+    completion_tx: TxRecorder | None = None,
+    outputs: Mapping[str, Any] | None = None,
+    attempt: int = 1,
+    max_attempts: int = 1,
+    run_id: uuid.UUID | None = None,
+    node: str | None = None,
+    kind: str = "test",
+    queue: str = "default",
+    client: Client | None = None,
+) -> Context:
+    """A :class:`cyclone.Context` for calling a handler directly in a unit test.
+
+    ``outputs`` are the dependency outputs ``ctx.output(name)`` returns, as plain values.
+    Give a :class:`TxRecorder` as ``completion_tx`` to see what the handler wrote and
+    enqueued in its completion transaction; without one, ``ctx.completion_tx()`` raises
+    :class:`cyclone.ContextError`. ``client`` may stay None when the handler only enqueues
+    through the recorder.
+    """
+    return Context(
+        client=client,  # type: ignore[arg-type]
+        run_id=run_id or uuid.uuid4(),
+        node=node,
+        kind=kind,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        queue=queue,
+        outputs=dict(outputs or {}),
+        completion=completion_tx,
+    )
