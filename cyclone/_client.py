@@ -200,7 +200,7 @@ class Client:
         try:
             async with self._acquire() as conn:
                 await db.wakeup_notify(conn, self.queries, self.channel, payloads)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, InvalidStateError) as exc:
+        except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
             logger.warning(
                 "cyclone: publishing %d wakeups failed (%s); polling will pick the work up",
                 len(payloads),

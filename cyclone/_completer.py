@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
-
 from cyclone import _codec, _transitions
 from cyclone import _queries as db
 from cyclone._context import CompletionTx
@@ -31,13 +29,6 @@ logger = logging.getLogger("cyclone")
 
 _TRACEBACK_LIMIT = 8000
 _WRITE_TRIES = 5
-# A lost connection or a deadlock leaves nothing written: the batch can be sent again.
-_RETRYABLE = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.DeadlockDetectedError,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +151,7 @@ class Completer:
                         accepted, effects = await self._write(conn, batch)
                 self._publish(effects.payloads())
                 return accepted
-            except _RETRYABLE as exc:
+            except db.RETRYABLE_ERRORS as exc:
                 if attempt == _WRITE_TRIES:
                     raise
                 logger.warning(

@@ -18,6 +18,8 @@ from typing import Any
 
 import asyncpg
 
+from cyclone._queries import DATABASE_ERRORS
+
 logger = logging.getLogger("cyclone")
 
 QUEUE_PREFIX = "q:"
@@ -140,7 +142,7 @@ class Notifier:
                 logger.warning("cyclone: LISTEN connection lost; reconnecting")
             except asyncio.CancelledError:
                 raise
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_ERRORS as exc:
                 logger.warning("cyclone: LISTEN connection failed (%s); retrying", exc)
             finally:
                 self._connected.clear()

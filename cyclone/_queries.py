@@ -19,6 +19,25 @@ from cyclone._sql import Queries
 Conn = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
 Record = asyncpg.Record
 
+# What a statement raises when the server or the connection fails under it, rather than for
+# what the statement asked: a background loop logs these and carries on.
+DATABASE_ERRORS = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+# Of those, the failures after which a transaction is known not to have committed (the
+# connection went away or a deadlock aborted it), so that sending it again is safe.
+RETRYABLE_ERRORS = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.DeadlockDetectedError,
+    asyncpg.exceptions.OperatorInterventionError,
+)
+
 
 async def migrations_apply(conn: Conn, q: Queries) -> list[int]:
     """Apply the migrations this schema lacks, under a lock; return the versions applied."""

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
 import msgspec
 
 from cyclone import _codec, _transitions
@@ -40,7 +39,6 @@ logger = logging.getLogger("cyclone")
 
 DEFAULT_CONCURRENCY = 10
 _PURGE_BATCHES_PER_PASS = 10
-_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0) -> float:
@@ -248,7 +246,7 @@ class Worker:
             if free > 0:
                 try:
                     await self._claim(queue, min(free, self.claim_batch))
-                except _DB_ERRORS as exc:
+                except db.DATABASE_ERRORS as exc:
                     logger.warning(
                         "cyclone: claiming from %s failed: %s",
                         queue.name,
@@ -429,7 +427,7 @@ class Worker:
                         [r.claimed.claims for r in running],
                         self.lease,
                     )
-            except _DB_ERRORS as exc:
+            except db.DATABASE_ERRORS as exc:
                 logger.warning("cyclone: heartbeat failed: %s", exc, extra={"worker": self.id})
                 continue
             for r in running:
@@ -445,7 +443,7 @@ class Worker:
             await asyncio.sleep(self.maintenance_interval * random.uniform(0.8, 1.0))
             try:
                 await self.maintain_once()
-            except _DB_ERRORS as exc:
+            except db.DATABASE_ERRORS as exc:
                 logger.warning("cyclone: maintenance failed: %s", exc, extra={"worker": self.id})
 
     async def maintain_once(self, limit: int = 100) -> None:
