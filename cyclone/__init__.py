@@ -27,7 +27,16 @@ from cyclone._errors import (
     UnknownKindError,
 )
 from cyclone._kinds import Kind, Step, action, register_kind, step
-from cyclone._run import NodeInfo, ResultRun, Run, RunInfo, RunPage, RunQuery, RunState
+from cyclone._run import (
+    NodeInfo,
+    QueueStats,
+    ResultRun,
+    Run,
+    RunInfo,
+    RunPage,
+    RunQuery,
+    RunState,
+)
 from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups
 from cyclone._worker import Worker, exponential_backoff
 from cyclone._workflow import Node, ResultWorkflow, Workflow, define, define_result
@@ -47,6 +56,7 @@ __all__ = [
     "NodeInfo",
     "NotInTransactionError",
     "PayloadTooLargeError",
+    "QueueStats",
     "ResultRun",
     "ResultWorkflow",
     "Retention",

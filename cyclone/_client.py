@@ -27,7 +27,7 @@ from cyclone._errors import (
 )
 from cyclone._notifier import Notifier, queue_payload
 from cyclone._options import seconds, validate_int
-from cyclone._run import NodeInfo, RunInfo, RunPage, RunQuery, RunState
+from cyclone._run import NodeInfo, QueueStats, Run, RunInfo, RunPage, RunQuery, RunState
 from cyclone._sql import Queries
 from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
 
@@ -209,10 +209,8 @@ class Client:
 
     # Runs
 
-    async def get_run(self, run_id: uuid.UUID) -> Any:
+    async def get_run(self, run_id: uuid.UUID) -> Run:
         """A handle on an existing run; :class:`RunNotFoundError` if it is not visible."""
-        from cyclone._run import Run
-
         await self._run_status(run_id)
         return Run(self, run_id)
 
@@ -277,6 +275,12 @@ class Client:
                     break
         return total
 
+    async def stats(self) -> list[QueueStats]:
+        """Live work per queue, for dashboards and ``cyclone stats``."""
+        async with self._acquire() as conn:
+            rows = await db.stats_queues(conn, self.queries)
+        return [QueueStats(**dict(r)) for r in rows]
+
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output.
 
@@ -328,7 +332,9 @@ class Client:
             if not rows:
                 raise RunNotFoundError(run_id)
             nodes = await db.run_nodes(conn, self.queries, run_id)
+            edges = await db.run_edges(conn, self.queries, run_id)
         info = _run_info(rows[0])
+        info.edges.extend((e["parent"], e["child"]) for e in edges)
         info.nodes.extend(
             NodeInfo(
                 name=n["node"],

@@ -308,6 +308,16 @@ async def run_purge(
     return count
 
 
+async def run_edges(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
+    """A workflow run's dependency edges."""
+    return await conn.fetch(q["run_edges"], run_id)
+
+
+async def stats_queues(conn: Conn, q: Queries) -> list[Record]:
+    """Per-queue counts by state, oldest wait and last minute's completions."""
+    return await conn.fetch(q["stats_queues"])
+
+
 async def wakeup_notify(conn: Conn, q: Queries, channel: str, payloads: Sequence[str]) -> None:
     """Send one NOTIFY per payload."""
     await conn.execute(q["wakeup_notify"], channel, payloads)

@@ -53,7 +53,11 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """What a run is and where it stands. ``nodes`` is empty in ``list_runs`` pages."""
+    """What a run is and where it stands.
+
+    ``nodes`` (in definition order) and ``edges`` (parent, child) are empty in ``list_runs``
+    pages; ``run.info()`` fills them.
+    """
 
     id: uuid.UUID
     name: str
@@ -64,6 +68,25 @@ class RunInfo:
     error: dict[str, Any] | None
     job: bool
     nodes: list[NodeInfo] = field(default_factory=list)
+    edges: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue's live work: tasks by state, the oldest wait, the last minute's throughput.
+
+    ``expired`` counts running tasks whose lease ran out (their worker is gone or stalled);
+    ``blocking`` counts failed sequenced jobs holding up their sequence.
+    """
+
+    queue: str
+    available: int
+    scheduled: int
+    running: int
+    expired: int
+    blocking: int
+    oldest_seconds: float | None
+    completed_last_minute: int
 
 
 @dataclass(frozen=True, slots=True)

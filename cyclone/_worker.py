@@ -128,6 +128,7 @@ class Worker:
         self._completer = Completer(client.pool, client.queries, client._publish)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()
         self._started = False
         self._unsubscribe: Callable[[], None] | None = None
 
@@ -176,14 +177,17 @@ class Worker:
         await asyncio.gather(*producers, return_exceptions=True)
         handlers = [r.task for r in self._running.values()]
         if handlers:
-            _, late = await asyncio.wait(
-                handlers, timeout=self.shutdown_timeout if timeout is None else timeout
+            # Until every handler is done, the deadline passes, or hurry() is called.
+            finished: asyncio.Future[Any] = asyncio.gather(*handlers, return_exceptions=True)
+            hurried: asyncio.Future[Any] = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait(
+                [finished, hurried],
+                timeout=self.shutdown_timeout if timeout is None else timeout,
+                return_when=asyncio.FIRST_COMPLETED,
             )
-            for running in list(self._running.values()):
-                if running.task in late:
-                    running.reason = "shutdown"
-                    running.task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+            hurried.cancel()
+            self.hurry()  # cancels the handlers still running; they give their tasks back
+            await finished
         for task in self._tasks[len(self._queues) :]:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -200,6 +204,14 @@ class Worker:
             await self._stopping.wait()
         finally:
             await asyncio.shield(self.stop())
+
+    def hurry(self) -> None:
+        """Cancel the running handlers now, giving their tasks back (a second Ctrl-C)."""
+        self._hurry.set()
+        for running in list(self._running.values()):
+            if running.reason is None:
+                running.reason = "shutdown"
+                running.task.cancel()
 
     async def idle(self) -> None:
         """Wait until no handler of this worker is running (it may claim more afterwards)."""

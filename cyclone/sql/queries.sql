@@ -577,6 +577,40 @@ WITH doomed AS (
 )
 SELECT count(*)::int FROM runs;
 
+-- name: run_edges
+SELECT parent, child FROM __schema__.cyclone_edges WHERE run_id = $1 ORDER BY parent, child;
+
+-- name: stats_queues
+-- Per queue: tasks by state, how long the oldest claimable task has waited, and the steps
+-- completed in the last minute (jobs from runs, workflow nodes from steps).
+WITH live AS (
+    SELECT queue,
+        count(*) FILTER (WHERE state = 'available' AND available_at <= now()) AS available,
+        count(*) FILTER (WHERE state = 'available' AND available_at > now()) AS scheduled,
+        count(*) FILTER (WHERE state = 'running') AS running,
+        count(*) FILTER (WHERE state = 'running' AND lease_until < now()) AS expired,
+        count(*) FILTER (WHERE state = 'failed') AS blocking,
+        extract(epoch FROM now() - min(available_at)
+            FILTER (WHERE state = 'available' AND available_at <= now())) AS oldest_seconds
+    FROM __schema__.cyclone_tasks GROUP BY queue
+), done AS (
+    SELECT queue, count(*) AS completed FROM (
+        SELECT queue FROM __schema__.cyclone_runs
+        WHERE job AND state = 'completed' AND finished_at > now() - interval '1 minute'
+        UNION ALL
+        SELECT queue FROM __schema__.cyclone_steps
+        WHERE state = 'completed' AND kind IS NOT NULL
+          AND finished_at > now() - interval '1 minute'
+    ) f GROUP BY queue
+)
+SELECT coalesce(l.queue, d.queue) AS queue,
+    coalesce(l.available, 0)::int AS available, coalesce(l.scheduled, 0)::int AS scheduled,
+    coalesce(l.running, 0)::int AS running, coalesce(l.expired, 0)::int AS expired,
+    coalesce(l.blocking, 0)::int AS blocking, l.oldest_seconds::float8 AS oldest_seconds,
+    coalesce(d.completed, 0)::int AS completed_last_minute
+FROM live l FULL JOIN done d ON d.queue = l.queue
+ORDER BY 1;
+
 -- name: wakeup_notify
 -- One NOTIFY per payload, sent by Cyclone on its own connection, never in a caller's
 -- transaction.

@@ -1,0 +1,410 @@
+"""The ``cyclone`` command: migrate, run a worker, inspect and steer runs, purge, stats.
+
+Every command takes ``--dsn`` (or ``CYCLONE_DATABASE_URL``) and ``--schema``. Listings take
+``--json`` for scripts. Bad input or an unreachable database prints one line on stderr and
+exits with status 1 (2 for usage errors), never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import importlib
+import json
+import logging
+import re
+import signal
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import asdict
+from typing import Any, TypeVar
+
+try:
+    import click
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Column, Table
+    from rich.text import Text
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise SystemExit("the cyclone command needs its extra: pip install 'cyclone[cli]'") from exc
+
+import asyncpg
+
+from cyclone import _queries as db
+from cyclone._client import Client
+from cyclone._errors import CycloneError
+from cyclone._kinds import Step
+from cyclone._queries import DATABASE_ERRORS
+from cyclone._run import RunInfo, RunQuery, RunState
+from cyclone._worker import Worker
+from cyclone._workflow import Workflow
+
+T = TypeVar("T")
+console = Console()
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class Failure(click.ClickException):
+    """A one-line error and exit status 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"cyclone: {self.message}", err=True)
+
+
+def _run(coro: Awaitable[T]) -> T:
+    try:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    except CycloneError as exc:
+        raise Failure(str(exc)) from None
+    except (TimeoutError, *DATABASE_ERRORS) as exc:
+        raise Failure(f"database error: {exc}") from None
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """``90s``, ``15m``, ``12h``, ``7d``, ``2w`` as a timedelta."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 12h, 7d or 2w")
+    return dt.timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+
+
+async def _with_client(ctx: click.Context, use: Callable[[Client], Awaitable[T]]) -> T:
+    dsn, schema = ctx.obj["dsn"], ctx.obj["schema"]
+    if not dsn:
+        raise Failure("no database: pass --dsn or set CYCLONE_DATABASE_URL")
+    try:
+        pool = await asyncio.wait_for(asyncpg.create_pool(dsn, min_size=1, max_size=4), 15)
+    except (TimeoutError, *DATABASE_ERRORS, ValueError) as exc:
+        raise Failure(f"cannot connect to the database: {exc}") from None
+    try:
+        async with Client(pool, schema=schema) as client:
+            return await use(client)
+    finally:
+        await pool.close()
+
+
+def _run_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise Failure(f"{text!r} is not a run id") from None
+
+
+def _add_row(table: Table, *cells: str) -> None:
+    # Run data is not rich markup: "[x]" in an error message must print as it is.
+    table.add_row(*(Text(cell) for cell in cells))
+
+
+def _json(value: Any) -> None:
+    click.echo(json.dumps(value, default=str, indent=2))
+
+
+def _info_dict(info: RunInfo) -> dict[str, Any]:
+    data = asdict(info)
+    data["state"] = info.state.value
+    return data
+
+
+@click.group()
+@click.option("--dsn", envvar="CYCLONE_DATABASE_URL", help="PostgreSQL DSN.")
+@click.option("--schema", default="public", show_default=True, help="Cyclone's schema.")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+@click.pass_context
+def main(ctx: click.Context, dsn: str | None, schema: str, verbose: bool) -> None:
+    """Cyclone: durable jobs and workflows in PostgreSQL."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    ctx.obj = {"dsn": dsn, "schema": schema}
+
+
+@main.command()
+@click.pass_context
+def migrate(ctx: click.Context) -> None:
+    """Create or update Cyclone's tables."""
+
+    async def go(client: Client) -> tuple[list[int], list[int]]:
+        applied = await client.migrate()
+        async with client._acquire() as conn:
+            return applied, await db.migrations_applied(conn, client.queries)
+
+    applied, present = _run(_with_client(ctx, go))
+    click.echo(f"applied: {applied or 'none'}; schema {ctx.obj['schema']} is at {present}")
+
+
+def _load(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise Failure(f"{target!r} is not MODULE:OBJECT")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise Failure(f"cannot import {module_name}: {exc}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise Failure(f"{module_name} has no {attr!r}") from None
+
+
+def _queues(text: str | None) -> dict[str, int] | None:
+    if not text:
+        return None
+    queues = {}
+    for part in text.split(","):
+        name, _, limit = part.partition("=")
+        if not name or not limit.isdigit() or int(limit) < 1:
+            raise click.BadParameter(f"{part!r} is not QUEUE=LIMIT", param_hint="--queues")
+        queues[name.strip()] = int(limit)
+    return queues
+
+
+@main.command()
+@click.argument("target")
+@click.option("--queues", help="Queues and their concurrency: orders=16,default=4.")
+@click.option("--poll-interval", type=float, default=1.0, show_default=True)
+@click.option("--shutdown-timeout", type=float, default=30.0, show_default=True)
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    target: str,
+    queues: str | None,
+    poll_interval: float,
+    shutdown_timeout: float,
+) -> None:
+    """Run a worker for TARGET (MODULE:OBJECT) until SIGINT or SIGTERM.
+
+    OBJECT is a step, a workflow, a list of them, or a function that takes the client and
+    returns a Worker. A first signal stops gracefully; a second stops at once.
+    """
+    obj = _load(target)
+    limits = _queues(queues)
+
+    async def go(client: Client) -> None:
+        if callable(obj) and not isinstance(obj, Step | Workflow):
+            made = obj(client)
+            if not isinstance(made, Worker):
+                raise Failure(f"{target} returned {type(made).__name__}, not a cyclone.Worker")
+            w = made
+        else:
+            items = obj if isinstance(obj, Iterable) else [obj]
+            w = Worker(
+                client,
+                steps=[i for i in items if isinstance(i, Step)],
+                workflows=[i for i in items if isinstance(i, Workflow)],
+                queues=limits,
+                poll_interval=poll_interval,
+                shutdown_timeout=shutdown_timeout,
+            )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if stop.is_set():
+                click.echo("cyclone: stopping now", err=True)
+                w.hurry()
+            stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal)
+        await w.start()
+        click.echo(f"cyclone: worker {w.id} running; Ctrl-C stops it", err=True)
+        await stop.wait()
+        click.echo("cyclone: stopping gracefully (again to stop now)", err=True)
+        await w.stop()
+
+    _run(_with_client(ctx, go))
+
+
+@main.group()
+def runs() -> None:
+    """List, show, retry and cancel runs."""
+
+
+@runs.command("ls")
+@click.option("--state", type=click.Choice([s.value for s in RunState]), multiple=True)
+@click.option("--name")
+@click.option("--key")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def runs_ls(
+    ctx: click.Context,
+    state: tuple[str, ...],
+    name: str | None,
+    key: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List runs, newest first."""
+    query = RunQuery(name=name, key=key, limit=limit, state=[RunState(s) for s in state] or None)
+    page = _run(_with_client(ctx, lambda c: c.list_runs(query)))
+    if as_json:
+        _json([_info_dict(r) for r in page.runs])
+        return
+    table = Table("name", "state", "key", "created")
+    table.columns.insert(0, Column("id", no_wrap=True, min_width=36))
+    for r in page.runs:
+        _add_row(table, str(r.id), r.name, r.state.value, r.key or "", f"{r.created_at:%F %T}")
+    console.print(table)
+
+
+def _levels(info: RunInfo) -> list[list[str]]:
+    parents: dict[str, list[str]] = {n.name: [] for n in info.nodes}
+    for parent, child in info.edges:
+        parents[child].append(parent)
+    depth: dict[str, int] = {}
+    for node in info.nodes:  # definition order is a topological order
+        depth[node.name] = 1 + max((depth[p] for p in parents[node.name]), default=-1)
+    levels: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for name, d in depth.items():
+        levels[d].append(name)
+    return levels
+
+
+@runs.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show a run: its nodes, attempts, errors and graph."""
+    rid = _run_id(run_id)
+
+    async def go(client: Client) -> RunInfo:
+        return await (await client.get_run(rid)).info()
+
+    info = _run(_with_client(ctx, go))
+    if as_json:
+        _json(_info_dict(info))
+        return
+    console.print(f"{info.name} {info.id}  {info.state.value}  key={info.key}", markup=False)
+    if info.error:
+        console.print(f"error: {info.error.get('type')}: {info.error.get('message')}", markup=False)
+    table = Table("node", "kind", "state", "attempts", "last error")
+    for n in info.nodes:
+        last = n.errors[-1] if n.errors else None
+        _add_row(
+            table,
+            n.name,
+            n.kind or "(wait)",
+            n.state,
+            str(n.attempts),
+            f"{last['type']}: {last['message']}" if last else "",
+        )
+    console.print(table)
+    states = {n.name: n.state for n in info.nodes}
+    for depth, names in enumerate(_levels(info)):
+        arrow = "  " * depth + ("└─ " if depth else "")
+        console.print(arrow + "  ".join(f"{n} ({states[n]})" for n in names), markup=False)
+
+
+@runs.command("retry")
+@click.argument("run_id")
+@click.option("--node", help="Reset only this failed node.")
+@click.pass_context
+def runs_retry(ctx: click.Context, run_id: str, node: str | None) -> None:
+    """Re-open a failed run (or one failed node)."""
+    rid = _run_id(run_id)
+
+    async def go(client: Client) -> None:
+        run = await client.get_run(rid)
+        await (run.retry(node) if node else run.retry_all())
+
+    _run(_with_client(ctx, go))
+    click.echo(f"retried {rid}")
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@click.pass_context
+def runs_cancel(ctx: click.Context, run_id: str) -> None:
+    """Cancel a pending, running or failed run."""
+    rid = _run_id(run_id)
+
+    async def go(client: Client) -> bool:
+        return await (await client.get_run(rid)).cancel()
+
+    cancelled = _run(_with_client(ctx, go))
+    click.echo(f"cancelled {rid}" if cancelled else f"{rid} had already ended")
+
+
+@main.command()
+@click.option("--older-than", "older_than", required=True, help="Age, e.g. 7d, 12h, 30m.")
+@click.option(
+    "--state",
+    type=click.Choice(["completed", "failed", "cancelled"]),
+    multiple=True,
+    help="Only these states (default: all three).",
+)
+@click.pass_context
+def purge(ctx: click.Context, older_than: str, state: tuple[str, ...]) -> None:
+    """Delete terminal runs older than --older-than; their keys become free."""
+    age = parse_duration(older_than)
+    states = [RunState(s) for s in (state or ("completed", "failed", "cancelled"))]
+
+    async def go(client: Client) -> int:
+        total = 0
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("purging", total=None)
+            while True:
+                count = await client._purge([(s, age) for s in states], 1000, batches=1)
+                total += count
+                progress.update(task, advance=count, description=f"purged {total}")
+                if count == 0:
+                    return total
+
+    click.echo(f"purged {_run(_with_client(ctx, go))} runs")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Live work per queue and the last minute's completions."""
+    rows = _run(_with_client(ctx, lambda c: c.stats()))
+    if as_json:
+        _json([asdict(r) for r in rows])
+        return
+    table = Table(
+        "queue",
+        "available",
+        "scheduled",
+        "running",
+        "expired",
+        "blocking",
+        "oldest wait",
+        "done/min",
+    )
+    for r in rows:
+        oldest = "" if r.oldest_seconds is None else f"{r.oldest_seconds:.1f}s"
+        _add_row(
+            table,
+            r.queue,
+            str(r.available),
+            str(r.scheduled),
+            str(r.running),
+            str(r.expired),
+            str(r.blocking),
+            oldest,
+            str(r.completed_last_minute),
+        )
+    console.print(table)
+
+
+@main.command("dev-db")
+def dev_db() -> None:
+    """Start a throwaway PostgreSQL for local development and print its DSN."""
+    from cyclone.testing import describe, postgres_server
+
+    with postgres_server(env_var="CYCLONE_DEV_DSN") as server:
+        click.echo(server.dsn)
+        click.echo(f"# {describe(server)}; Ctrl-C stops it and deletes its data", err=True)
+        stops = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # wait for them instead of dying
+        signal.sigwait(stops)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Steps for the CLI's worker tests: ``cyclone worker tests.cli.app:WORK``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import cyclone
+
+
+@cyclone.step("cli.echo", queue="cli")
+async def echo(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+@cyclone.step("cli.slow", queue="cli")
+async def slow(ctx: cyclone.Context, seconds: float) -> float:
+    await ctx.client.pool.execute("SELECT pg_notify('cli_started', $1)", str(ctx.run_id))
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@cyclone.step("cli.fail", queue="cli", max_attempts=1)
+async def fail(ctx: cyclone.Context, n: int) -> int:
+    raise RuntimeError(f"failing on purpose ({n})")
+
+
+pipeline = cyclone.define("cli.pipeline", int)
+pipeline.node(echo, name="second", after=[pipeline.node(echo, name="first")])
+
+WORK = [echo, slow, fail, pipeline]

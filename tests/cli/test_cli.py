@@ -1,0 +1,192 @@
+"""The real ``cyclone`` console script, in a subprocess, against a real database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+import cyclone
+from cyclone.testing.plugin import CycloneEnv
+from tests.cli.app import echo, fail, pipeline, slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = str(Path(sys.executable).parent / "cyclone")
+
+
+async def cli(*args: str, dsn: str | None = None, timeout: float = 60) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "CYCLONE_DATABASE_URL"}
+    if dsn is not None:
+        env["CYCLONE_DATABASE_URL"] = dsn
+    proc = await asyncio.create_subprocess_exec(
+        SCRIPT,
+        *args,
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def one_line_error(code: int, err: str) -> str:
+    assert code != 0
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+async def test_migrate_prints_versions(cyclone_env: CycloneEnv) -> None:
+    code, out, _ = await cli("migrate", "--help")
+    assert code == 0
+    code, out, err = await cli("--schema", "cli_schema", "migrate", dsn=cyclone_env.dsn)
+    assert (code, out.strip()) == (0, "applied: [1]; schema cli_schema is at [1]"), err
+    code, out, _ = await cli("--dsn", cyclone_env.dsn, "--schema", "cli_schema", "migrate")
+    assert out.strip() == "applied: none; schema cli_schema is at [1]"
+
+
+async def test_runs_ls_show_cancel_retry(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    jobs = await echo.enqueue_many(client, [1, 2, 3])
+    flow = await pipeline.submit(client, 1)
+    failing = await fail.enqueue(client, 7)
+    async with cyclone.Worker(client, steps=[fail], poll_interval=0.05) as worker:
+        assert await failing.wait(timeout=30) is cyclone.RunState.FAILED
+        await worker.idle()
+
+    code, out, err = await cli("runs", "ls", "--json", dsn=cyclone_env.dsn)
+    assert code == 0, err
+    listed = json.loads(out)
+    assert [r["id"] for r in listed] == sorted(
+        [str(r.id) for r in [*jobs, flow, failing]], reverse=True
+    )
+    code, out, _ = await cli("runs", "ls", "--json", "--state", "failed", dsn=cyclone_env.dsn)
+    assert [r["id"] for r in json.loads(out)] == [str(failing.id)]
+    code, out, _ = await cli("runs", "ls", "--name", "cli.pipeline", dsn=cyclone_env.dsn)
+    assert str(flow.id) in out and str(jobs[0].id) not in out
+
+    code, out, _ = await cli("runs", "show", str(flow.id), "--json", dsn=cyclone_env.dsn)
+    shown = json.loads(out)
+    assert [n["name"] for n in shown["nodes"]] == ["first", "second"]
+    assert shown["edges"] == [["first", "second"]]
+    code, out, _ = await cli("runs", "show", str(flow.id), dsn=cyclone_env.dsn)
+    assert code == 0 and "first (available)" in out and "└─ second (pending)" in out
+    code, out, _ = await cli("runs", "show", str(failing.id), dsn=cyclone_env.dsn)
+    assert "RuntimeError: failing on purpose (7)" in out
+
+    code, out, _ = await cli("runs", "cancel", str(jobs[0].id), dsn=cyclone_env.dsn)
+    assert (code, out.strip()) == (0, f"cancelled {jobs[0].id}")
+    assert await jobs[0].status() is cyclone.RunState.CANCELLED
+    code, out, _ = await cli("runs", "retry", str(failing.id), dsn=cyclone_env.dsn)
+    assert code == 0
+    assert await failing.status() is cyclone.RunState.PENDING
+
+
+async def test_purge_and_stats(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    done = await echo.enqueue_many(client, [1, 2])
+    for run in done:
+        await run.cancel()
+    await echo.enqueue(client, 3)
+    await echo.enqueue(client, 4, process_in=3600)
+    code, out, _ = await cli("stats", "--json", dsn=cyclone_env.dsn)
+    assert code == 0
+    [row] = json.loads(out)
+    assert (row["queue"], row["available"], row["scheduled"], row["running"]) == ("cli", 1, 1, 0)
+    code, out, _ = await cli("stats", dsn=cyclone_env.dsn)
+    assert "cli" in out
+    code, out, _ = await cli("purge", "--older-than", "0s", dsn=cyclone_env.dsn)
+    assert (code, out.strip()) == (0, "purged 2 runs")
+    code, _, err = await cli("purge", "--older-than", "soon", dsn=cyclone_env.dsn)
+    assert code == 2 and "is not a duration" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["runs", "show", "00000000-0000-0000-0000-000000000000"], "not found"),
+        (["runs", "show", "nope"], "is not a run id"),
+        (["runs", "retry", "00000000-0000-0000-0000-000000000000"], "not found"),
+        (["worker", "tests.cli.app:NOTHING"], "has no 'NOTHING'"),
+        (["worker", "no_such_module:WORK"], "cannot import"),
+    ],
+)
+async def test_errors_are_one_line(cyclone_env: CycloneEnv, args: list[str], message: str) -> None:
+    code, _, err = await cli(*args, dsn=cyclone_env.dsn)
+    assert message in one_line_error(code, err)
+
+
+async def test_database_problems_are_one_line() -> None:
+    code, _, err = await cli("runs", "ls")
+    assert "no database" in one_line_error(code, err)
+    code, _, err = await cli("runs", "ls", dsn="postgresql://nobody@127.0.0.1:1/none")
+    assert "cannot connect" in one_line_error(code, err)
+
+
+async def start_worker(dsn: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        SCRIPT,
+        "--dsn",
+        dsn,
+        "worker",
+        "tests.cli.app:WORK",
+        "--queues",
+        "cli=4",
+        "--poll-interval",
+        "0.1",
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def test_worker_runs_until_a_signal(cyclone_env: CycloneEnv) -> None:
+    proc = await start_worker(cyclone_env.dsn)
+    try:
+        run = await echo.enqueue(cyclone_env.client, 41)
+        assert await run.result(timeout=60) == 41  # type: ignore[attr-defined]
+        flow = await pipeline.submit(cyclone_env.client, 1)
+        assert await flow.wait(timeout=60) is cyclone.RunState.COMPLETED
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_second_signal_stops_at_once(cyclone_env: CycloneEnv) -> None:
+    started: asyncio.Queue[Any] = asyncio.Queue()
+    listener = await asyncpg.connect(cyclone_env.dsn)
+    await listener.add_listener("cli_started", lambda *a: started.put_nowait(a[-1]))
+    run = await slow.enqueue(cyclone_env.client, 3600.0)
+    proc = await start_worker(cyclone_env.dsn)
+    try:
+        await asyncio.wait_for(started.get(), 60)
+        proc.send_signal(signal.SIGINT)  # graceful: would wait for the hour-long handler
+        assert proc.stderr is not None
+        while b"stopping gracefully" not in await asyncio.wait_for(proc.stderr.readline(), 60):
+            pass
+        proc.send_signal(signal.SIGINT)  # now
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await listener.close()
+    info = await run.info()
+    assert (info.state, info.nodes[0].state, info.nodes[0].attempts) == (
+        cyclone.RunState.PENDING,
+        "available",
+        0,
+    )  # given back for another worker
