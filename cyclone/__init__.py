@@ -27,6 +27,7 @@ from cyclone._errors import (
     UnknownKindError,
 )
 from cyclone._kinds import Kind, Step, action, register_kind, step
+from cyclone._observe import Observer
 from cyclone._run import (
     NodeInfo,
     QueueStats,
@@ -55,6 +56,7 @@ __all__ = [
     "Node",
     "NodeInfo",
     "NotInTransactionError",
+    "Observer",
     "PayloadTooLargeError",
     "QueueStats",
     "ResultRun",

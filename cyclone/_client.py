@@ -26,6 +26,7 @@ from cyclone._errors import (
     RunNotFoundError,
 )
 from cyclone._notifier import Notifier, queue_payload
+from cyclone._observe import Observer, Observers
 from cyclone._options import seconds, validate_int
 from cyclone._run import NodeInfo, QueueStats, Run, RunInfo, RunPage, RunQuery, RunState
 from cyclone._sql import Queries
@@ -111,12 +112,20 @@ class Client:
         self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
         self.output_limit = validate_int(output_limit, what="output_limit", low=1)
         self._notifier = Notifier(pool, self.channel)
+        self.observers = Observers()
         self._pending: set[str] = set()
         self._flush_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
 
     def __repr__(self) -> str:
         return f"<cyclone.Client schema={self.schema!r}>"
+
+    def observe(self, observer: Observer) -> None:
+        """Report enqueues, claims, outcomes and spans of this client and its workers to
+        ``observer`` (for example ``cyclone.prometheus.PrometheusMetrics``)."""
+        if not isinstance(observer, Observer):
+            raise InvalidInputError(f"{observer!r} is not a cyclone.Observer")
+        self.observers.members.append(observer)
 
     async def __aenter__(self) -> Client:
         return self

@@ -46,11 +46,22 @@ class Claimed:
     run_name: str
     input: str
     deps: str | None
+    trace: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:
         """The attempt's identity: its task and the claim that started it."""
         return (self.id, self.claims)
+
+    def span_attributes(self) -> dict[str, Any]:
+        """Attributes for the handler's span."""
+        return {
+            "cyclone.run_id": str(self.run_id),
+            "cyclone.kind": self.kind,
+            "cyclone.node": self.node or "",
+            "cyclone.attempt": self.attempt,
+            "cyclone.queue": self.queue,
+        }
 
     def log_fields(self) -> dict[str, Any]:
         """Structured fields for log records."""

@@ -116,21 +116,32 @@ async def enqueue(
         tx.enqueued.extend(
             RecordedEnqueue(kind.name, value, opts, i) for value, i in zip(inputs, ids, strict=True)
         )
-    elif tx is None:
-        async with client._acquire() as conn:
-            if opts.unique is None and opts.sequence is None:
-                await _insert_jobs(client, conn, kind, ids, encoded, opts, queue)
-            else:
-                async with conn.transaction():
-                    await _insert_jobs(client, conn, kind, ids, encoded, opts, queue)
-        if opts.claimable_now():
-            client._publish([queue_payload(queue)])
-    else:
-        conn, tracker = require_transaction(tx)
-        await _insert_jobs(client, conn, kind, ids, encoded, opts, queue)
-        if tracker is not None and opts.claimable_now():
-            tracker.record(queue)
+        return [ResultRun(client, i, kind.output_type) for i in ids]
+    span = {"cyclone.kind": kind.name, "cyclone.queue": queue, "cyclone.count": len(ids)}
+    with client.observers.enqueue_span(f"enqueue {kind.name}", span):
+        trace = trace_text(client)
+        if tx is None:
+            async with client._acquire() as conn:
+                if opts.unique is None and opts.sequence is None:
+                    await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
+                else:
+                    async with conn.transaction():
+                        await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
+            if opts.claimable_now():
+                client._publish([queue_payload(queue)])
+        else:
+            conn, tracker = require_transaction(tx)
+            await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
+            if tracker is not None and opts.claimable_now():
+                tracker.record(queue)
+    client.observers.enqueued(kind.name, queue, len(ids))
     return [ResultRun(client, i, kind.output_type) for i in ids]
+
+
+def trace_text(client: Client) -> str | None:
+    """The current trace context as JSON text, to store with runs written now."""
+    carrier = client.observers.trace_context()
+    return None if carrier is None else _codec.encode_plain(carrier)
 
 
 async def _insert_jobs(
@@ -141,6 +152,7 @@ async def _insert_jobs(
     encoded: list[str],
     opts: Options,
     queue: str,
+    trace: str | None,
 ) -> None:
     q = client.queries
     if opts.sequence is not None:
@@ -159,6 +171,7 @@ async def _insert_jobs(
             sequence=opts.sequence,
             unique=opts.unique,
             deadline=opts.run_deadline,
+            trace=trace,
         )
         if inserted or opts.unique is None:
             return

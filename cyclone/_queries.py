@@ -79,6 +79,7 @@ async def job_insert_many(
     sequence: str | None,
     unique: str | None,
     deadline: dt.datetime | None,
+    trace: str | None,
 ) -> int:
     """Insert standalone jobs; return how many were inserted (0: a unique key was held)."""
     count: int = await conn.fetchval(
@@ -93,6 +94,7 @@ async def job_insert_many(
         sequence,
         unique,
         deadline,
+        trace,
     )
     return count
 

@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import socket
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -273,10 +274,12 @@ class Worker:
                 await asyncio.wait_for(queue.wake.wait(), timeout)
 
     async def _claim(self, queue: _Queue, limit: int) -> None:
+        started = time.perf_counter()
         async with self.client._acquire() as conn:
             rows = await db.task_claim(
                 conn, self.client.queries, queue.name, self._kinds, limit, self.lease, self.id
             )
+        self.client.observers.claimed(queue.name, len(rows), time.perf_counter() - started)
         queue.last_claim_full = len(rows) == limit
         loop = asyncio.get_running_loop()
         for row in rows:
@@ -292,6 +295,7 @@ class Worker:
                 run_name=row["name"],
                 input=row["input"],
                 deps=row["deps"],
+                trace=row["trace"],
             )
             queue.running += 1
             task = loop.create_task(
@@ -303,8 +307,13 @@ class Worker:
     # Executing
 
     async def _execute(self, queue: _Queue, claimed: Claimed) -> None:
+        observers = self.client.observers
+        started = time.perf_counter()
+        outcome = "cancelled"
+        carrier = None if claimed.trace is None else _codec.decode(claimed.trace, dict[str, str])
         try:
-            await self._attempt(claimed)
+            with observers.handler_span(f"run {claimed.kind}", carrier, claimed.span_attributes()):
+                outcome = await self._attempt(claimed)
         except asyncio.CancelledError:
             running = self._running.get(claimed.key)
             if running is None or running.reason is None:
@@ -316,6 +325,7 @@ class Worker:
                 extra=claimed.log_fields(),
             )
         finally:
+            observers.finished(claimed.kind, claimed.queue, outcome, time.perf_counter() - started)
             self._running.pop(claimed.key, None)
             if not self._running:
                 self._idle.set()
@@ -323,7 +333,8 @@ class Worker:
             if queue.last_claim_full or self._stopping.is_set():
                 queue.wake.set()
 
-    async def _attempt(self, claimed: Claimed) -> None:
+    async def _attempt(self, claimed: Claimed) -> str:
+        """Run one attempt and write its outcome; return the outcome's name."""
         step = self._steps[claimed.kind]
         completion = CompletionTx(self.client.pool)
         log = claimed.log_fields()
@@ -345,7 +356,7 @@ class Worker:
             await completion.rollback()
             logger.info("cyclone: snoozed for %.3f s", snooze.delay, extra=log)
             await self._completer.retry(claimed, delay=snooze.delay, error=None, refund=True)
-            return
+            return "snoozed"
         except asyncio.CancelledError:
             await asyncio.shield(completion.rollback())
             running = self._running.get(claimed.key)
@@ -360,18 +371,18 @@ class Worker:
         except Exception as exc:
             await completion.rollback()
             timeout = isinstance(exc, TimeoutError) and step.timeout is not None
-            await self._failed(claimed, exc, kind="Timeout" if timeout else None)
-            return
+            return await self._failed(claimed, exc, kind="Timeout" if timeout else None)
         if completion.opened:
             accepted = await self._completer.complete_in(completion, claimed, output)
         else:
             accepted = await self._completer.complete(claimed, output)
         if accepted:
             logger.debug("cyclone: completed", extra=log)
-        else:
-            logger.warning(
-                "cyclone: completion rejected: the attempt no longer owns its task", extra=log
-            )
+            return "completed"
+        logger.warning(
+            "cyclone: completion rejected: the attempt no longer owns its task", extra=log
+        )
+        return "rejected"
 
     def _prepare(
         self, claimed: Claimed, step: Step[Any, Any], completion: CompletionTx
@@ -403,7 +414,7 @@ class Worker:
             return ctx, node.input_fn(wf_input, decoded)
         return ctx, _codec.decode(claimed.input, step.input_type)
 
-    async def _failed(self, claimed: Claimed, exc: BaseException, *, kind: str | None) -> None:
+    async def _failed(self, claimed: Claimed, exc: BaseException, *, kind: str | None) -> str:
         error = error_record(claimed, exc, kind=kind)
         log = claimed.log_fields()
         if claimed.attempt < claimed.max_attempts:
@@ -416,11 +427,13 @@ class Worker:
                 extra=log,
             )
             await self._completer.retry(claimed, delay=delay, error=error, refund=False)
+            return "retried"
         else:
             logger.error(
                 "cyclone: last attempt failed (%s: %s)", kind or type(exc).__name__, exc, extra=log
             )
             await self._completer.fail(claimed, error)
+            return "failed"
 
     # Leases
 
@@ -464,7 +477,10 @@ class Worker:
         client, q = self.client, self.client.queries
         effects = _transitions.Effects()
         async with client._acquire() as conn:
-            for row in await db.task_reclaim(conn, q, limit):
+            reclaimed = await db.task_reclaim(conn, q, limit)
+            if reclaimed:
+                client.observers.reclaimed(len(reclaimed))
+            for row in reclaimed:
                 effects.queues.add(row["queue"])
                 logger.warning(
                     "cyclone: reclaimed task %s after its lease expired",
@@ -506,6 +522,8 @@ class Worker:
                         await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
                     )
         client._publish(effects.payloads())
+        if client.observers.members:
+            client.observers.queue_stats(await client.stats())
         if client.retention is not None:
             # A few batches per pass: a large backlog drains over passes, never in one long go.
             purged = await client._purge(

@@ -15,7 +15,13 @@ from typing import Any, Generic, TypeVar, overload
 from cyclone import _codec
 from cyclone import _queries as db
 from cyclone._errors import InvalidInputError, SubmitConflictError, UnknownKindError
-from cyclone._insert import check_options, payload_limit, require_transaction, uuid7
+from cyclone._insert import (
+    check_options,
+    payload_limit,
+    require_transaction,
+    trace_text,
+    uuid7,
+)
 from cyclone._keys import validate_key
 from cyclone._kinds import Kind, Step
 from cyclone._notifier import queue_payload
@@ -193,21 +199,28 @@ class Workflow(Generic[In]):
         if isinstance(tx, TxRecorder):
             run_id, created = uuid7(), True
             tx.submitted.append(RecordedSubmit(self.name, input, opts, run_id, key))
-        elif tx is None:
-            async with client._acquire() as conn:
+            return self._handle(client, run_id), created
+        span = {"cyclone.workflow": self.name, "cyclone.nodes": len(self._nodes)}
+        with client.observers.enqueue_span(f"submit {self.name}", span):
+            planned: tuple[Any, ...] = (*plan, trace_text(client))
+            if tx is None:
+                async with client._acquire() as conn:
+                    run_id, created = await self._insert(
+                        client, conn, key, encoded, result_node, opts, planned
+                    )
+                if created and wake:
+                    client._publish([queue_payload(q) for q in sorted(queues)])
+            else:
+                conn, tracker = require_transaction(tx)
                 run_id, created = await self._insert(
-                    client, conn, key, encoded, result_node, opts, plan
+                    client, conn, key, encoded, result_node, opts, planned
                 )
-            if created and wake:
-                client._publish([queue_payload(q) for q in sorted(queues)])
-        else:
-            conn, tracker = require_transaction(tx)
-            run_id, created = await self._insert(
-                client, conn, key, encoded, result_node, opts, plan
-            )
-            if created and wake and tracker is not None:
-                for queue in queues:
-                    tracker.record(queue)
+                if created and wake and tracker is not None:
+                    for queue in queues:
+                        tracker.record(queue)
+        if created:
+            for queue in queues:
+                client.observers.enqueued(self.name, queue, 1)
         return self._handle(client, run_id), created
 
     def _plan(self, opts: Options) -> tuple[list[Any], ...]:
@@ -233,7 +246,7 @@ class Workflow(Generic[In]):
         encoded: str,
         result_node: str | None,
         opts: Options,
-        plan: tuple[list[Any], ...],
+        plan: tuple[Any, ...],
     ) -> tuple[uuid.UUID, bool]:
         q = client.queries
         priority = 0 if opts.priority is None else opts.priority

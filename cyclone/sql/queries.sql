@@ -42,8 +42,8 @@ SELECT pg_advisory_xact_lock(1668899693, hashtext($1 || chr(31) || $2));
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
-         deadline)
-    SELECT i.id, $3, true, i.input::jsonb, $4, $9, 1, 1, $5, $7, $10
+         deadline, trace)
+    SELECT i.id, $3, true, i.input::jsonb, $4, $9, 1, 1, $5, $7, $10, $11::jsonb
     FROM unnest($1::uuid[], $2::text[]) AS i (id, input)
     ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
     DO NOTHING
@@ -67,8 +67,8 @@ WHERE name = $1 AND unique_key = $2 AND state = 'pending';
 -- A key already taken inserts nothing (submit_once then compares inputs).
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
-        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline)
-    VALUES ($1, $2, false, $3::jsonb, $4, $5, $6, $6, $8, $7)
+        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace)
+    VALUES ($1, $2, false, $3::jsonb, $4, $5, $6, $6, $8, $7, $18::jsonb)
     ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
     RETURNING r.id
 ), node AS (
@@ -130,7 +130,7 @@ SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
 FROM picked, __schema__.cyclone_runs r, async_commit
 WHERE t.id = picked.id AND r.id = t.run_id
 RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
-    r.name, r.input::text AS input,
+    r.name, r.input::text AS input, r.trace::text AS trace,
     (SELECT jsonb_object_agg(e.parent, s.output)::text
      FROM __schema__.cyclone_edges e
      JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent

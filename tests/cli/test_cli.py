@@ -50,9 +50,9 @@ async def test_migrate_prints_versions(cyclone_env: CycloneEnv) -> None:
     code, out, _ = await cli("migrate", "--help")
     assert code == 0
     code, out, err = await cli("--schema", "cli_schema", "migrate", dsn=cyclone_env.dsn)
-    assert (code, out.strip()) == (0, "applied: [1]; schema cli_schema is at [1]"), err
+    assert (code, out.strip()) == (0, "applied: [1, 2]; schema cli_schema is at [1, 2]"), err
     code, out, _ = await cli("--dsn", cyclone_env.dsn, "--schema", "cli_schema", "migrate")
-    assert out.strip() == "applied: none; schema cli_schema is at [1]"
+    assert out.strip() == "applied: none; schema cli_schema is at [1, 2]"
 
 
 async def test_runs_ls_show_cancel_retry(cyclone_env: CycloneEnv) -> None:
@@ -190,3 +190,22 @@ async def test_second_signal_stops_at_once(cyclone_env: CycloneEnv) -> None:
         "available",
         0,
     )  # given back for another worker
+
+
+async def test_dev_db_serves_until_interrupted() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CYCLONE_DEV_DSN"}
+    proc = await asyncio.create_subprocess_exec(
+        SCRIPT, "dev-db", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        dsn = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode().strip()
+        conn = await asyncpg.connect(dsn)
+        assert await conn.fetchval("SELECT 1") == 1
+        await conn.close()
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

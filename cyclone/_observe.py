@@ -1,0 +1,110 @@
+"""Hooks for metrics and tracing: what the client and its workers report, and to whom.
+
+An :class:`Observer` gets told about enqueues, claims, outcomes and reclaims, and may wrap
+enqueues and handler runs in spans. ``cyclone.prometheus`` and ``cyclone.otel`` are the two
+that ship; ``client.observe(observer)`` installs one. A failing observer is logged and never
+breaks the work it observes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from cyclone._run import QueueStats
+
+logger = logging.getLogger("cyclone")
+
+Attributes = Mapping[str, Any]
+
+
+class Observer:
+    """Base class of metrics and tracing hooks; every hook does nothing unless overridden.
+
+    ``outcome`` in :meth:`finished` is one of ``completed``, ``failed`` (last attempt),
+    ``retried``, ``snoozed``, ``cancelled`` or ``rejected`` (a completion that lost its task).
+    """
+
+    def enqueued(self, kind: str, queue: str, count: int) -> None:
+        """``count`` runs of ``kind`` were written (in a transaction that may yet roll back)."""
+
+    def claimed(self, queue: str, count: int, seconds: float) -> None:
+        """A claim statement took ``seconds`` and claimed ``count`` tasks."""
+
+    def finished(self, kind: str, queue: str, outcome: str, seconds: float) -> None:
+        """A handler ran for ``seconds`` and its attempt ended with ``outcome``."""
+
+    def reclaimed(self, count: int) -> None:
+        """Maintenance made ``count`` tasks with expired leases available again."""
+
+    def queue_stats(self, stats: list[QueueStats]) -> None:
+        """The live work per queue, read by each worker's maintenance pass."""
+
+    def trace_context(self) -> dict[str, str] | None:
+        """A carrier for the current trace, stored with runs enqueued now."""
+        return None
+
+    @contextlib.contextmanager
+    def enqueue_span(self, name: str, attributes: Attributes) -> Iterator[None]:
+        """Wrap an enqueue or submit."""
+        yield
+
+    @contextlib.contextmanager
+    def handler_span(
+        self, name: str, carrier: Mapping[str, str] | None, attributes: Attributes
+    ) -> Iterator[None]:
+        """Wrap a handler run; ``carrier`` is the trace stored when the run was enqueued."""
+        yield
+
+
+class Observers(Observer):
+    """The client's observers, called in turn; one that raises is logged and skipped."""
+
+    def __init__(self) -> None:
+        self.members: list[Observer] = []
+
+    def _each(self, hook: str, *args: Any) -> None:
+        for member in self.members:
+            try:
+                getattr(member, hook)(*args)
+            except Exception:  # an observer must never break the work it observes
+                logger.exception("cyclone: observer %r failed in %s", member, hook)
+
+    def enqueued(self, kind: str, queue: str, count: int) -> None:
+        self._each("enqueued", kind, queue, count)
+
+    def claimed(self, queue: str, count: int, seconds: float) -> None:
+        self._each("claimed", queue, count, seconds)
+
+    def finished(self, kind: str, queue: str, outcome: str, seconds: float) -> None:
+        self._each("finished", kind, queue, outcome, seconds)
+
+    def reclaimed(self, count: int) -> None:
+        self._each("reclaimed", count)
+
+    def queue_stats(self, stats: list[QueueStats]) -> None:
+        self._each("queue_stats", stats)
+
+    def trace_context(self) -> dict[str, str] | None:
+        carrier: dict[str, str] = {}
+        for member in self.members:
+            carrier.update(member.trace_context() or {})
+        return carrier or None
+
+    @contextlib.contextmanager
+    def enqueue_span(self, name: str, attributes: Attributes) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for member in self.members:
+                stack.enter_context(member.enqueue_span(name, attributes))
+            yield
+
+    @contextlib.contextmanager
+    def handler_span(
+        self, name: str, carrier: Mapping[str, str] | None, attributes: Attributes
+    ) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for member in self.members:
+                stack.enter_context(member.handler_span(name, carrier, attributes))
+            yield

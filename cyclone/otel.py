@@ -1,0 +1,49 @@
+"""OpenTelemetry tracing for Cyclone (``pip install 'cyclone[otel]'``).
+
+    from cyclone.otel import OpenTelemetryTracing
+    client.observe(OpenTelemetryTracing())   # uses the global tracer provider
+
+Each enqueue and submit gets a producer span, and its trace context is stored with the run;
+each handler attempt gets a consumer span that is a child of it, so the work a request
+enqueued shows up in that request's trace, however much later and wherever it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+
+from opentelemetry import propagate, trace
+
+from cyclone._observe import Attributes, Observer
+
+__all__ = ["OpenTelemetryTracing"]
+
+
+class OpenTelemetryTracing(Observer):
+    """An observer that traces enqueues and handler runs, joined by the stored context."""
+
+    def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self.tracer = trace.get_tracer("cyclone", tracer_provider=tracer_provider)
+
+    def trace_context(self) -> dict[str, str] | None:
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        return carrier or None
+
+    @contextlib.contextmanager
+    def enqueue_span(self, name: str, attributes: Attributes) -> Iterator[None]:
+        with self.tracer.start_as_current_span(
+            name, kind=trace.SpanKind.PRODUCER, attributes=dict(attributes)
+        ):
+            yield
+
+    @contextlib.contextmanager
+    def handler_span(
+        self, name: str, carrier: Mapping[str, str] | None, attributes: Attributes
+    ) -> Iterator[None]:
+        parent = propagate.extract(dict(carrier)) if carrier else None
+        with self.tracer.start_as_current_span(
+            name, context=parent, kind=trace.SpanKind.CONSUMER, attributes=dict(attributes)
+        ):
+            yield

@@ -1,0 +1,104 @@
+"""Metrics and traces: Prometheus counts after a workload, one trace from enqueue to handler."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+import cyclone
+from cyclone.otel import OpenTelemetryTracing
+from cyclone.prometheus import PrometheusMetrics
+from cyclone.testing.plugin import CycloneEnv
+
+seen: dict[str, int] = {}
+
+
+@cyclone.step("obs.work", queue="obs", max_attempts=2)
+async def work(ctx: cyclone.Context, mode: str) -> str:
+    seen[mode] = seen.get(mode, 0) + 1
+    if mode == "flaky" and seen[mode] == 1:
+        raise RuntimeError("first try fails")
+    if mode == "snooze" and seen[mode] == 1:
+        raise cyclone.Snooze(0)
+    if mode == "broken":
+        raise RuntimeError("always fails")
+    return mode
+
+
+async def test_prometheus_counts_a_workload(cyclone_env: CycloneEnv) -> None:
+    seen.clear()
+    registry = CollectorRegistry()
+    client = cyclone_env.client
+    client.observe(PrometheusMetrics(registry))
+    await work.enqueue_many(client, ["ok"] * 5)
+    for mode in ("flaky", "snooze", "broken"):
+        await work.enqueue(client, mode)
+    stuck = await work.enqueue(client, "ok", process_in=3600)
+    await cyclone_env.drain(steps=[work], backoff=lambda attempt: 0)
+    # A task whose worker died: running, lease long gone, then a maintenance pass.
+    await cyclone_env.pool.execute(
+        "UPDATE cyclone_tasks SET state = 'running', attempt = 1,"
+        " lease_until = now() - interval '1 hour' WHERE run_id = $1",
+        stuck.id,
+    )
+    await cyclone_env.worker(steps=[work]).maintain_once()
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    kind = {"kind": "obs.work", "queue": "obs"}
+    assert value("cyclone_enqueued_total", **kind) == 9
+    assert value("cyclone_claimed_total", queue="obs") == 5 + 2 + 2 + 2
+    assert value("cyclone_completed_total", **kind) == 7
+    assert value("cyclone_retried_total", **kind) == 2  # flaky and broken, once each
+    assert value("cyclone_snoozed_total", **kind) == 1
+    assert value("cyclone_failed_total", **kind) == 1
+    assert value("cyclone_reclaimed_total") == 1
+    assert value("cyclone_handler_seconds_count", **kind) == 11
+    assert value("cyclone_claim_seconds_count", queue="obs") >= 1
+    assert value("cyclone_queue_depth", queue="obs", state="available") == 1
+
+
+class Exploding(cyclone.Observer):
+    def enqueued(self, kind: str, queue: str, count: int) -> None:
+        raise RuntimeError("observer bug")
+
+
+async def test_a_failing_observer_does_not_break_work(
+    cyclone_env: CycloneEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    cyclone_env.client.observe(Exploding())
+    run = await work.enqueue(cyclone_env.client, "ok")
+    assert await run.status() is cyclone.RunState.PENDING
+    assert "observer" in caplog.text and "failed in enqueued" in caplog.text
+    with pytest.raises(cyclone.InvalidInputError):
+        cyclone_env.client.observe(object())  # type: ignore[arg-type]
+
+
+async def test_handler_span_joins_the_enqueuing_trace(cyclone_env: CycloneEnv) -> None:
+    seen.clear()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    client = cyclone_env.client
+    client.observe(OpenTelemetryTracing(tracer_provider=provider))
+    tracer = provider.get_tracer("app")
+    with tracer.start_as_current_span("POST /work"):
+        run = await work.enqueue(client, "ok")
+    await cyclone_env.drain(steps=[work])
+    assert await run.status() is cyclone.RunState.COMPLETED
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    request, enqueue, handler = (
+        spans["POST /work"],
+        spans["enqueue obs.work"],
+        spans["run obs.work"],
+    )
+    assert enqueue.context.trace_id == request.context.trace_id
+    assert handler.context.trace_id == request.context.trace_id  # one trace, end to end
+    assert handler.parent is not None and handler.parent.span_id == enqueue.context.span_id
+    assert handler.kind is trace.SpanKind.CONSUMER
+    assert handler.attributes is not None and handler.attributes["cyclone.run_id"] == str(run.id)
