@@ -6,7 +6,7 @@ Everything public is re-exported here; the modules behind it are private.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, TypeVar
 
 from cyclone._client import Client, Retention
 from cyclone._context import Context, Snooze
@@ -41,6 +41,8 @@ from cyclone._run import (
 from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups
 from cyclone._worker import Worker, exponential_backoff
 from cyclone._workflow import Node, ResultWorkflow, Workflow, define, define_result
+
+Out = TypeVar("Out")
 
 __all__ = [
     "Client",
@@ -97,28 +99,30 @@ __all__ = [
 ]
 
 
-async def enqueue(client: Client, kind: Kind[Any, Any], input: Any, **options: Any) -> Run:
+async def enqueue(
+    client: Client, kind: Kind[Any, Out], input: Any, **options: Any
+) -> ResultRun[Out]:
     """Enqueue one job of ``kind``; the same as ``kind.enqueue(client, input, ...)``."""
     return await kind.enqueue(client, input, **options)
 
 
 async def enqueue_tx(
-    client: Client, tx: Tx, kind: Kind[Any, Any], input: Any, **options: Any
-) -> Run:
+    client: Client, tx: Tx, kind: Kind[Any, Out], input: Any, **options: Any
+) -> ResultRun[Out]:
     """Enqueue one job in the caller's transaction; the same as ``kind.enqueue_tx``."""
     return await kind.enqueue_tx(client, tx, input, **options)
 
 
 async def enqueue_many(
-    client: Client, kind: Kind[Any, Any], inputs: Any, **options: Any
-) -> list[Run]:
+    client: Client, kind: Kind[Any, Out], inputs: Any, **options: Any
+) -> list[ResultRun[Out]]:
     """Enqueue many jobs in one round trip; the same as ``kind.enqueue_many``."""
     return await kind.enqueue_many(client, inputs, **options)
 
 
 async def enqueue_many_tx(
-    client: Client, tx: Tx, kind: Kind[Any, Any], inputs: Any, **options: Any
-) -> list[Run]:
+    client: Client, tx: Tx, kind: Kind[Any, Out], inputs: Any, **options: Any
+) -> list[ResultRun[Out]]:
     """Enqueue many jobs in the caller's transaction; the same as ``kind.enqueue_many_tx``."""
     return await kind.enqueue_many_tx(client, tx, inputs, **options)
 

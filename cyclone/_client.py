@@ -102,8 +102,6 @@ class Client:
         self.queries = Queries(schema)
         self.schema = schema
         self.channel = f"cyclone_{schema}"
-        if len(self.channel) > 63:
-            raise InvalidInputError(f"schema name {schema!r} is too long for a channel name")
         self.notify = bool(notify)
         self.notify_coalesce = seconds(notify_coalesce, what="notify_coalesce")
         if retention is not None and not isinstance(retention, Retention):

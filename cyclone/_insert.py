@@ -21,7 +21,7 @@ from cyclone._errors import DuplicateError, InvalidInputError, NotInTransactionE
 from cyclone._notifier import queue_payload
 from cyclone._options import Options, parse
 from cyclone._recorder import RecordedEnqueue, TxRecorder
-from cyclone._run import ResultRun, Run
+from cyclone._run import ResultRun
 from cyclone._wakeups import TrackedConnection, Tx, unwrap
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ async def enqueue(
     kind: Kind[Any, Any],
     inputs: Sequence[Any],
     options: Mapping[str, Any],
-) -> list[Run]:
+) -> list[ResultRun[Any]]:
     """Insert standalone jobs of ``kind``; handles in the order of ``inputs``."""
     opts = check_options(options, ENQUEUE_OPTIONS, call="enqueue")
     if opts.unique is not None and len(inputs) != 1:

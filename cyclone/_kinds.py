@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from cyclone._client import Client
     from cyclone._context import Context
-    from cyclone._run import Run
+    from cyclone._run import ResultRun
     from cyclone._wakeups import Tx
 
 In = TypeVar("In")
@@ -57,21 +57,23 @@ class Kind(Generic[In, Out]):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} queue={self.queue!r}>"
 
-    async def enqueue(self, client: Client, input: In, **options: Any) -> Run:
+    async def enqueue(self, client: Client, input: In, **options: Any) -> ResultRun[Out]:
         """Enqueue one job in its own transaction and wake workers after the commit."""
         from cyclone import _insert
 
         runs = await _insert.enqueue(client, None, self, [input], options)
         return runs[0]
 
-    async def enqueue_tx(self, client: Client, tx: Tx, input: In, **options: Any) -> Run:
+    async def enqueue_tx(self, client: Client, tx: Tx, input: In, **options: Any) -> ResultRun[Out]:
         """Enqueue one job in the caller's open transaction ``tx``; never commits it."""
         from cyclone import _insert
 
         runs = await _insert.enqueue(client, tx, self, [input], options)
         return runs[0]
 
-    async def enqueue_many(self, client: Client, inputs: Sequence[In], **options: Any) -> list[Run]:
+    async def enqueue_many(
+        self, client: Client, inputs: Sequence[In], **options: Any
+    ) -> list[ResultRun[Out]]:
         """Enqueue many jobs in one round trip; handles come in the order of ``inputs``."""
         from cyclone import _insert
 
@@ -79,7 +81,7 @@ class Kind(Generic[In, Out]):
 
     async def enqueue_many_tx(
         self, client: Client, tx: Tx, inputs: Sequence[In], **options: Any
-    ) -> list[Run]:
+    ) -> list[ResultRun[Out]]:
         """``enqueue_many`` in the caller's open transaction ``tx``."""
         from cyclone import _insert
 

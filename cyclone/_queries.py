@@ -245,6 +245,13 @@ async def job_end(conn: Conn, q: Queries, run_id: uuid.UUID, state: str, error: 
     return await conn.fetchval(q["job_end"], run_id, state, error) is not None
 
 
+async def run_unique_holder(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record:
+    """The run's unique key and the active run now holding it."""
+    row = await conn.fetchrow(q["run_unique_holder"], run_id)
+    assert row is not None
+    return row
+
+
 async def run_kind(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | None:
     """Whether a run is a job, and its stored state."""
     return await conn.fetchrow(q["run_kind"], run_id)

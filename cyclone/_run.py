@@ -141,7 +141,12 @@ class Run:
         return await self.client._run_info(self.id)
 
     async def cancel(self) -> bool:
-        """Cancel the run; True if this call cancelled it (False if it had already ended)."""
+        """Cancel the run; True if this call cancelled it.
+
+        A pending or running run is cancelled (its running handlers stop within a heartbeat),
+        and so is a failed one (a failed sequenced job then stops blocking its sequence). A
+        completed or cancelled run is left as it is: False.
+        """
         return await self.client._run_cancel(self.id)
 
     async def retry_all(self) -> None:

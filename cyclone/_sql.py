@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from importlib import resources
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# 55 characters at most: the notification channel "cyclone_<schema>" must fit in 63.
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,54}$")
 _SCHEMA_TOKEN = "__schema__"
 
 
@@ -61,7 +62,7 @@ def validate_identifier(value: str, *, what: str) -> str:
     """Return ``value`` if it is a plain lower-case SQL identifier, else raise ValueError."""
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
         raise ValueError(
-            f"{what} must be a lower-case identifier (letters, digits, _; at most 63), "
+            f"{what} must be a lower-case identifier (letters, digits, _; at most 55), "
             f"got {value!r}"
         )
     return value

@@ -13,8 +13,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import asyncpg
+
 from cyclone import _queries as db
-from cyclone._errors import InvalidStateError, RunNotFoundError, UnknownKindError
+from cyclone._errors import DuplicateError, InvalidStateError, RunNotFoundError, UnknownKindError
 from cyclone._notifier import queue_payload, run_payloads
 from cyclone._sql import Queries
 
@@ -96,7 +98,13 @@ async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> 
     """Re-open a failed run, or reset one of its failed nodes."""
     effects = Effects()
     if await is_job(conn, q, run_id):
-        queue = await db.job_reopen(conn, q, run_id)
+        try:
+            async with conn.transaction():  # a savepoint: the look-up below needs the tx
+                queue = await db.job_reopen(conn, q, run_id)
+        except asyncpg.UniqueViolationError:
+            # A newer active run of the kind took the failed job's unique= key meanwhile.
+            row = await db.run_unique_holder(conn, q, run_id)
+            raise DuplicateError(row["name"], row["unique_key"], row["holder"]) from None
         if queue is None:
             state = (await db.run_kind(conn, q, run_id) or {"state": "gone"})["state"]
             raise InvalidStateError(f"run {run_id} is {state}; only a failed run can be retried")

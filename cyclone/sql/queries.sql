@@ -455,6 +455,14 @@ WHERE id = $1 AND (state = 'pending' OR (state = 'failed' AND $2 = 'cancelled'))
   AND (SELECT count(*) FROM gone) >= 0
 RETURNING id;
 
+-- name: run_unique_holder
+-- The active run holding the unique key of (failed) run $1.
+SELECT f.name, f.unique_key, h.id AS holder
+FROM __schema__.cyclone_runs f
+JOIN __schema__.cyclone_runs h
+  ON h.name = f.name AND h.unique_key = f.unique_key AND h.state = 'pending'
+WHERE f.id = $1;
+
 -- name: run_kind
 SELECT job, state FROM __schema__.cyclone_runs WHERE id = $1;
 

@@ -154,7 +154,7 @@ async def test_worker_runs_until_a_signal(cyclone_env: CycloneEnv) -> None:
     proc = await start_worker(cyclone_env.dsn)
     try:
         run = await echo.enqueue(cyclone_env.client, 41)
-        assert await run.result(timeout=60) == 41  # type: ignore[attr-defined]
+        assert await run.result(timeout=60) == 41
         flow = await pipeline.submit(cyclone_env.client, 1)
         assert await flow.wait(timeout=60) is cyclone.RunState.COMPLETED
         proc.send_signal(signal.SIGTERM)

@@ -69,7 +69,7 @@ async def test_sigkill_mid_step_is_reclaimed_and_completes_once(cyclone_env: Cyc
     await make_tables(cyclone_env)
     run = await charge.enqueue(cyclone_env.client, 7)
     await kill_mid_step_then_rescue(cyclone_env, run)
-    assert await run.result() == "charged 7"  # type: ignore[attr-defined]
+    assert await run.result() == "charged 7"
     await assert_charged_once(cyclone_env, 7)
     errors = (await run.info()).nodes[0].errors
     assert [e["type"] for e in errors] == ["LeaseExpired"]

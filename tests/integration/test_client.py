@@ -36,7 +36,7 @@ async def test_a_schema_of_its_own(cyclone_env: CycloneEnv) -> None:
     await tenant.migrate()
     run = await echo.enqueue(tenant, 5)
     async with fast_worker(tenant, steps=[echo]):
-        assert await run.result(timeout=30) == 5  # type: ignore[attr-defined]
+        assert await run.result(timeout=30) == 5
     # The public schema's tables never saw it.
     assert await cyclone_env.pool.fetchval("SELECT count(*) FROM public.cyclone_runs") == 0
     assert await cyclone_env.pool.fetchval("SELECT count(*) FROM tenant_b.cyclone_runs") == 1
@@ -136,7 +136,7 @@ async def test_worker_and_client_survive_dropped_connections(cyclone_env: Cyclon
     async with fast_worker(client, steps=[echo]):
         await asyncio.wait_for(client._notifier.connected.wait(), 30)
         first = await echo.enqueue(client, 1)
-        assert await first.result(timeout=30) == 1  # type: ignore[attr-defined]
+        assert await first.result(timeout=30) == 1
         # Drop every other session, as a failover or a restarted proxy would.
         admin = await asyncpg.connect(cyclone_env.dsn)
         try:
@@ -155,5 +155,5 @@ async def test_worker_and_client_survive_dropped_connections(cyclone_env: Cyclon
                 except DATABASE_ERRORS:
                     # A pooled connection that died fails its next statement, once.
                     await asyncio.sleep(0.05)
-        assert await second.result(timeout=60) == 2  # type: ignore[attr-defined]
+        assert await second.result(timeout=60) == 2
         await asyncio.wait_for(client._notifier.connected.wait(), 60)  # it reconnected

@@ -92,7 +92,7 @@ async def test_success_commits_writes_and_follow_ups_with_the_step(
 ) -> None:
     run = await effectful.enqueue(effects_env.client, Job("ok"))
     async with fast_worker(effects_env.client, steps=[effectful]):
-        assert await run.result(timeout=30) == "done"  # type: ignore[attr-defined]
+        assert await run.result(timeout=30) == "done"
     assert await effects(effects_env) == [(1, "ok")]
     assert await follow_ups(effects_env) == 1
     await listener.settle()
@@ -118,7 +118,7 @@ async def test_failed_attempts_roll_everything_back(
 async def test_snooze_rolls_back_its_attempt(effects_env: CycloneEnv) -> None:
     run = await effectful.enqueue(effects_env.client, Job("snooze"))
     async with fast_worker(effects_env.client, steps=[effectful]):
-        assert await run.result(timeout=30) == "snooze"  # type: ignore[attr-defined]
+        assert await run.result(timeout=30) == "snooze"
     assert probe.calls == [("snooze", 1), ("snooze", 1)]
     assert await effects(effects_env) == [(1, "snooze")]  # only the completing attempt's
     assert await follow_ups(effects_env) == 1
@@ -155,7 +155,7 @@ async def test_completion_after_a_reclaim_is_rejected(
         async with stalled:
             await asyncio.wait_for(probe.started.wait(), 30)
             async with rescuer:  # reclaims the expired lease and completes attempt 2
-                assert await run.result(timeout=30) == "stall-first"  # type: ignore[attr-defined]
+                assert await run.result(timeout=30) == "stall-first"
             probe.stopped.set()  # now let the first attempt return and try to complete
             await asyncio.wait_for(stalled.idle(), 30)
     assert "first attempt returning" in probe.calls
@@ -185,7 +185,7 @@ async def test_context_belongs_to_the_handlers_task(cyclone_env: CycloneEnv) -> 
     contexts.clear()
     run = await leaky.enqueue(cyclone_env.client, 1)
     async with fast_worker(cyclone_env.client, steps=[leaky]):
-        assert await run.result(timeout=30) == "ok"  # type: ignore[attr-defined]
+        assert await run.result(timeout=30) == "ok"
     with pytest.raises(cyclone.ContextError, match="after the handler returned"):
         await contexts[0].completion_tx()
     with pytest.raises(cyclone.ContextError):
@@ -215,8 +215,8 @@ async def test_duplicate_in_completion_keeps_it_usable(effects_env: CycloneEnv) 
     first = await dedupe.enqueue(effects_env.client, "k")
     second = await dedupe.enqueue(effects_env.client, "fresh")
     async with fast_worker(effects_env.client, steps=[dedupe]):
-        assert await first.result(timeout=30) == f"duplicate of {holder.id}"  # type: ignore[attr-defined]
-        assert await second.result(timeout=30) == "enqueued"  # type: ignore[attr-defined]
+        assert await first.result(timeout=30) == f"duplicate of {holder.id}"
+        assert await second.result(timeout=30) == "enqueued"
     assert sorted(n for _, n in await effects(effects_env)) == sorted(
         ["enqueued", f"duplicate of {holder.id}"]
     )

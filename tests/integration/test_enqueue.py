@@ -346,3 +346,20 @@ async def test_closed_pool_gives_a_clear_error(cyclone_env: CycloneEnv) -> None:
 async def test_unknown_run_is_not_found(cyclone_env: CycloneEnv) -> None:
     with pytest.raises(cyclone.RunNotFoundError):
         await cyclone_env.client.get_run(uuid.uuid4())
+
+
+@cyclone.step("unique.fails", max_attempts=1)
+async def always_fails(ctx: cyclone.Context, n: int) -> int:
+    raise RuntimeError("no")
+
+
+async def test_retry_of_a_job_whose_unique_key_was_taken(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    failed = await always_fails.enqueue(client, 1, unique="nightly")
+    async with cyclone_env.worker(steps=[always_fails]):
+        assert await failed.wait(timeout=30) is cyclone.RunState.FAILED
+    holder = await always_fails.enqueue(client, 2, unique="nightly")  # the key is free again
+    with pytest.raises(cyclone.DuplicateError) as raised:
+        await failed.retry_all()
+    assert raised.value.run_id == holder.id
+    assert await failed.status() is cyclone.RunState.FAILED

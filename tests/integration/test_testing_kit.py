@@ -34,5 +34,5 @@ async def test_worker_fixture(
 ) -> None:
     worker = await cyclone_worker(steps=[countdown])
     run = await countdown.enqueue(cyclone_env.client, 0)
-    assert await run.result(timeout=30) == 0  # type: ignore[attr-defined]
+    assert await run.result(timeout=30) == 0
     assert worker.poll_interval == 0.05

@@ -21,7 +21,7 @@ async def test_worker_completes_jobs_with_typed_output(cyclone_env: CycloneEnv) 
     client = cyclone_env.client
     runs = await double.enqueue_many(client, list(range(30)))
     async with fast_worker(client, steps=[double]):
-        results = [await r.result(timeout=30) for r in runs]  # type: ignore[attr-defined]
+        results = [await r.result(timeout=30) for r in runs]
     assert results == [n * 2 for n in range(30)]
     assert await count_rows(cyclone_env, "cyclone_tasks") == 0  # finished work leaves the hot table
     info = await runs[0].info()
@@ -52,7 +52,7 @@ async def test_retries_keep_every_attempts_error(cyclone_env: CycloneEnv) -> Non
     flaky_state = Flaky(failures=2)
     run = await flaky.enqueue(cyclone_env.client, 1)
     async with fast_worker(cyclone_env.client, steps=[flaky]):
-        assert await run.result(timeout=30) == 3  # type: ignore[attr-defined]
+        assert await run.result(timeout=30) == 3
     node = (await run.info()).nodes[0]
     assert node.attempts == 3
     assert [(e["attempt"], e["type"], e["message"]) for e in node.errors] == [
@@ -69,7 +69,7 @@ async def test_exhausted_attempts_fail_the_run(cyclone_env: CycloneEnv) -> None:
     async with fast_worker(cyclone_env.client, steps=[flaky]):
         assert await run.wait(timeout=30) is cyclone.RunState.FAILED
     with pytest.raises(cyclone.RunFailedError) as raised:
-        await run.result()  # type: ignore[attr-defined]
+        await run.result()
     assert raised.value.error["message"] == "boom 3"
     info = await run.info()
     assert info.error is not None and info.error["type"] == "ValueError"
@@ -101,7 +101,7 @@ async def test_snooze_does_not_spend_an_attempt(cyclone_env: CycloneEnv) -> None
     snoozes.clear()
     run = await snoozer.enqueue(cyclone_env.client, 3)
     async with fast_worker(cyclone_env.client, steps=[snoozer]):
-        assert await run.result(timeout=30) == 4  # type: ignore[attr-defined]
+        assert await run.result(timeout=30) == 4
     assert snoozes == [1, 1, 1, 1]  # max_attempts=1, yet it ran four times
     assert (await run.info()).nodes[0].errors == []
 
@@ -209,7 +209,7 @@ async def test_notification_wakes_the_worker_before_the_poll(cyclone_env: Cyclon
         await asyncio.wait_for(client._notifier.connected.wait(), 30)
         await asyncio.sleep(0)  # let the producer reach its wait
         run = await double.enqueue(client, 21)
-        assert await run.result(timeout=60) == 42  # type: ignore[attr-defined]
+        assert await run.result(timeout=60) == 42
         assert worker.poll_interval == 3600
 
 
@@ -217,7 +217,7 @@ async def test_polling_alone_finds_work(cyclone_env: CycloneEnv) -> None:
     quiet = cyclone.Client(cyclone_env.pool, notify=False)
     run = await double.enqueue(quiet, 4)
     async with fast_worker(quiet, steps=[double], poll_interval=0.2):
-        assert await run.result(timeout=30) == 8  # type: ignore[attr-defined]
+        assert await run.result(timeout=30) == 8
     assert quiet._notifier._task is None  # it never listened
 
 
@@ -278,7 +278,7 @@ async def test_run_until_cancelled(cyclone_env: CycloneEnv) -> None:
     worker = fast_worker(cyclone_env.client, steps=[double])
     task = asyncio.get_running_loop().create_task(worker.run())
     run = await double.enqueue(cyclone_env.client, 5)
-    assert await run.result(timeout=30) == 10  # type: ignore[attr-defined]
+    assert await run.result(timeout=30) == 10
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -288,6 +288,6 @@ async def test_scheduled_job_runs_when_due(cyclone_env: CycloneEnv) -> None:
     at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.5)
     run = await double.enqueue(cyclone_env.client, 1, process_at=at)
     async with fast_worker(cyclone_env.client, steps=[double]):
-        assert await run.result(timeout=30) == 2  # type: ignore[attr-defined]
+        assert await run.result(timeout=30) == 2
     finished = (await run.info()).finished_at
     assert finished is not None and finished >= at
