@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s lint typecheck tests examples bench``."""
+"""Developer sessions: ``nox -s lint typecheck tests examples docs bench``."""
 
 from __future__ import annotations
 
@@ -35,6 +35,13 @@ def examples(session: nox.Session) -> None:
     """Run the quickstart (an embedded PostgreSQL unless CYCLONE_DATABASE_URL is set)."""
     session.install("-e", ".")
     session.run("python", "examples/quickstart.py")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site in strict mode (any warning fails)."""
+    session.install("-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", "-d", "site")
 
 
 @nox.session
