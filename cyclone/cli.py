@@ -66,7 +66,7 @@ def parse_duration(text: str) -> dt.timedelta:
     """``90s``, ``15m``, ``12h``, ``7d``, ``2w`` as a timedelta."""
     match = _DURATION.fullmatch(text.strip())
     if not match:
-        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 12h, 7d or 2w")
+        raise Failure(f"{text!r} is not a duration like 90s, 15m, 12h, 7d or 2w")
     return dt.timedelta(seconds=float(match[1]) * _UNITS[match[2]])
 
 
@@ -156,7 +156,7 @@ def _queues(text: str | None) -> dict[str, int] | None:
     for part in text.split(","):
         name, _, limit = part.partition("=")
         if not name or not limit.isdigit() or int(limit) < 1:
-            raise click.BadParameter(f"{part!r} is not QUEUE=LIMIT", param_hint="--queues")
+            raise Failure(f"--queues: {part!r} is not QUEUE=LIMIT")
         queues[name.strip()] = int(limit)
     return queues
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -54,6 +55,23 @@ async def listener(cyclone_env: CycloneEnv) -> AsyncIterator[Listener]:
         yield lst
     finally:
         await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def recording_queries(conn: asyncpg.pool.PoolConnectionProxy) -> AsyncIterator[list[str]]:
+    """The statements sent on ``conn`` inside the block that touch Cyclone's tables."""
+    sent: list[str] = []
+
+    def log(record: object) -> None:
+        query = str(getattr(record, "query", ""))
+        if "cyclone_" in query:
+            sent.append(query)
+
+    conn.add_query_logger(log)
+    try:
+        yield sent
+    finally:
+        conn.remove_query_logger(log)
 
 
 async def count_rows(env: CycloneEnv, table: str) -> int:

@@ -108,7 +108,9 @@ async def test_purge_and_stats(cyclone_env: CycloneEnv) -> None:
     code, out, _ = await cli("purge", "--older-than", "0s", dsn=cyclone_env.dsn)
     assert (code, out.strip()) == (0, "purged 2 runs")
     code, _, err = await cli("purge", "--older-than", "soon", dsn=cyclone_env.dsn)
-    assert code == 2 and "is not a duration" in err and "Traceback" not in err
+    assert "is not a duration" in one_line_error(code, err)
+    code, _, err = await cli("worker", "tests.cli.app:WORK", "--queues", "cli", dsn=cyclone_env.dsn)
+    assert "is not QUEUE=LIMIT" in one_line_error(code, err)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 import cyclone
 from cyclone._queries import DATABASE_ERRORS
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import fast_worker
+from tests.conftest import fast_worker, recording_queries
 
 
 @cyclone.step("client.echo")
@@ -109,25 +109,18 @@ async def test_running_state_is_reported(cyclone_env: CycloneEnv) -> None:
 
 
 async def test_enqueue_many_is_one_statement(cyclone_env: CycloneEnv) -> None:
-    sent: list[str] = []
-
-    def log(record: object) -> None:
-        sent.append(str(getattr(record, "query", "")))
-
-    async with cyclone_env.pool.acquire() as conn:
-        conn.add_query_logger(log)
-        try:
-            async with conn.transaction():
-                await echo.enqueue_many_tx(cyclone_env.client, conn, list(range(500)))
-                wf = cyclone.define("wide", int)
-                root = wf.node(echo, name="root")
-                for i in range(50):
-                    wf.node(echo, name=f"n{i}", after=[root])
-                await wf.submit_tx(cyclone_env.client, conn, 1)
-        finally:
-            conn.remove_query_logger(log)
-    mine = [q for q in sent if "cyclone_" in q]
-    assert len(mine) == 2  # one for 500 jobs, one for a run with 51 nodes and 50 edges
+    async with (
+        cyclone_env.pool.acquire() as conn,
+        recording_queries(conn) as sent,
+        conn.transaction(),
+    ):
+        await echo.enqueue_many_tx(cyclone_env.client, conn, list(range(500)))
+        wf = cyclone.define("wide", int)
+        root = wf.node(echo, name="root")
+        for i in range(50):
+            wf.node(echo, name=f"n{i}", after=[root])
+        await wf.submit_tx(cyclone_env.client, conn, 1)
+    assert len(sent) == 2  # one for 500 jobs, one for a run with 51 nodes and 50 edges
     assert await cyclone_env.pool.fetchval("SELECT count(*) FROM cyclone_runs") == 501
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import count_rows
+from tests.conftest import count_rows, recording_queries
 
 
 class WelcomeEmail(msgspec.Struct):
@@ -296,22 +296,16 @@ BAD_CALLS = [
 async def test_bad_input_is_refused_before_any_sql(
     cyclone_env: CycloneEnv, call: dict[str, object], error: type[Exception]
 ) -> None:
-    sent: list[str] = []
-
-    def log(record: object) -> None:
-        sent.append(str(getattr(record, "query", "")))
-
     kwargs = dict(call)
     payload = kwargs.pop("input")
-    async with cyclone_env.pool.acquire() as conn:
-        conn.add_query_logger(log)
-        try:
-            async with conn.transaction():
-                with pytest.raises(error):
-                    await send_welcome.enqueue_tx(cyclone_env.client, conn, payload, **kwargs)
-        finally:
-            conn.remove_query_logger(log)
-    assert [q for q in sent if "cyclone" in q] == []
+    async with (
+        cyclone_env.pool.acquire() as conn,
+        recording_queries(conn) as sent,
+        conn.transaction(),
+    ):
+        with pytest.raises(error):
+            await send_welcome.enqueue_tx(cyclone_env.client, conn, payload, **kwargs)
+    assert sent == []
     assert await count_rows(cyclone_env, "cyclone_runs") == 0
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import count_rows
+from tests.conftest import count_rows, recording_queries
 
 
 @cyclone.step("keyed")
@@ -32,22 +32,16 @@ invalid_keys = (
 )
 @given(key=invalid_keys)
 async def test_invalid_keys_send_no_sql(cyclone_env: CycloneEnv, key: str) -> None:
-    sent: list[str] = []
-
-    def log(record: object) -> None:
-        sent.append(str(getattr(record, "query", "")))
-
-    async with cyclone_env.pool.acquire() as conn:
-        conn.add_query_logger(log)
-        try:
-            async with conn.transaction():
-                with pytest.raises(cyclone.InvalidKeyError):
-                    await keyed.enqueue_tx(cyclone_env.client, conn, 1, unique=key)
-                with pytest.raises(cyclone.InvalidKeyError):
-                    await keyed.enqueue_tx(cyclone_env.client, conn, 1, sequence=key)
-                with pytest.raises(cyclone.InvalidKeyError):
-                    await keyed_flow.submit_once_tx(cyclone_env.client, conn, key, 1)
-        finally:
-            conn.remove_query_logger(log)
-    assert [q for q in sent if "cyclone" in q] == []
+    async with (
+        cyclone_env.pool.acquire() as conn,
+        recording_queries(conn) as sent,
+        conn.transaction(),
+    ):
+        with pytest.raises(cyclone.InvalidKeyError):
+            await keyed.enqueue_tx(cyclone_env.client, conn, 1, unique=key)
+        with pytest.raises(cyclone.InvalidKeyError):
+            await keyed.enqueue_tx(cyclone_env.client, conn, 1, sequence=key)
+        with pytest.raises(cyclone.InvalidKeyError):
+            await keyed_flow.submit_once_tx(cyclone_env.client, conn, key, 1)
+    assert sent == []
     assert await count_rows(cyclone_env, "cyclone_runs") == 0

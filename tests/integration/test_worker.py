@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
+import asyncpg
 import pytest
 
 import cyclone
@@ -291,3 +292,31 @@ async def test_scheduled_job_runs_when_due(cyclone_env: CycloneEnv) -> None:
         assert await run.result(timeout=30) == 2
     finished = (await run.info()).finished_at
     assert finished is not None and finished >= at
+
+
+ran: list[int] = []
+
+
+@cyclone.step("once.each", queue="shared")
+async def once_each(ctx: cyclone.Context, n: int) -> int:
+    ran.append(n)
+    await asyncio.sleep(0)
+    return n
+
+
+async def test_three_workers_run_each_job_once(cyclone_env: CycloneEnv) -> None:
+    ran.clear()
+    runs = await once_each.enqueue_many(cyclone_env.client, list(range(600)))
+    pools = [await asyncpg.create_pool(cyclone_env.dsn, min_size=1, max_size=5) for _ in range(3)]
+    try:
+        workers = [
+            fast_worker(cyclone.Client(p), steps=[once_each], queues={"shared": 20}, claim_batch=7)
+            for p in pools
+        ]
+        async with workers[0], workers[1], workers[2]:
+            for run in runs:
+                assert await run.wait(timeout=120) is cyclone.RunState.COMPLETED
+    finally:
+        for pool in pools:
+            await pool.close()
+    assert sorted(ran) == list(range(600))  # every job ran exactly once
