@@ -182,6 +182,11 @@ class Client:
         queues = wakeups.take()
         if not queues:
             return
+        if self.notify_coalesce <= 0 and (self._flush_task is None or self._flush_task.done()):
+            # Nothing in flight: send it from here, without a task hop.
+            self._pending.update(queue_payload(q) for q in queues)
+            await self._flush()
+            return
         self._publish(queue_payload(q) for q in queues)
         if self.notify_coalesce <= 0 and self._flush_task is not None:
             await asyncio.shield(self._flush_task)

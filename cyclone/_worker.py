@@ -271,7 +271,8 @@ class Worker:
             queue.wake.clear()
             timeout = self.poll_interval * random.uniform(0.8, 1.0)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(queue.wake.wait(), timeout)
+                async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
+                    await queue.wake.wait()
 
     async def _claim(self, queue: _Queue, limit: int) -> None:
         started = time.perf_counter()
