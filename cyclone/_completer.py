@@ -81,8 +81,9 @@ def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = Non
         {
             "attempt": claimed.attempt,
             "type": kind or type(exc).__qualname__,
-            "message": str(exc),
-            "traceback": tb[-_TRACEBACK_LIMIT:],
+            # jsonb cannot store NUL; an error that could not be stored would be lost.
+            "message": str(exc).replace("\x00", "\ufffd"),
+            "traceback": tb[-_TRACEBACK_LIMIT:].replace("\x00", "\ufffd"),
             "at": dt.datetime.now(dt.UTC).isoformat(),
         }
     )
@@ -142,7 +143,7 @@ class Completer:
                 accepted = await self._write_batch(batch)
                 for item in batch:
                     if not item.done.done():
-                        item.done.set_result(item.claimed.id in accepted)
+                        item.done.set_result(item.claimed.key in accepted)
             except Exception as exc:  # supervised loop: report to each waiter, keep going
                 for item in batch:
                     if not item.done.done():
@@ -151,30 +152,48 @@ class Completer:
                 for _ in batch:
                     self._queue.task_done()
 
-    async def _write_batch(self, batch: list[_Pending]) -> set[int]:
+    async def _write_batch(self, batch: list[_Pending]) -> set[tuple[int, int]]:
+        """Write a batch: workflow nodes in one transaction, then jobs in one statement.
+
+        Two transactions, so that neither holds task locks out of id order while the
+        heartbeat takes them in order (that could deadlock).
+        """
+        accepted: set[tuple[int, int]] = set()
+        for group in (
+            [p for p in batch if p.claimed.node is not None],
+            [p for p in batch if p.claimed.node is None],
+        ):
+            if group:
+                accepted |= await self._write_group(group)
+        return accepted
+
+    async def _write_group(self, group: list[_Pending]) -> set[tuple[int, int]]:
         for attempt in range(1, _WRITE_TRIES + 1):
             try:
                 async with self._pool.acquire() as conn:
-                    if any(p.claimed.node is not None for p in batch):
+                    if group[0].claimed.node is not None:
                         async with conn.transaction():
-                            accepted, effects = await self._write(conn, batch)
+                            accepted, effects = await self._write(conn, group)
                     else:  # jobs only: one statement, its own transaction
-                        accepted, effects = await self._write(conn, batch)
+                        accepted, effects = await self._write(conn, group)
                 self._publish(effects.payloads())
                 return accepted
             except db.RETRYABLE_ERRORS as exc:
                 if attempt == _WRITE_TRIES:
                     raise
                 logger.warning(
-                    "cyclone: writing %d completions failed (%s); retrying", len(batch), exc
+                    "cyclone: writing %d completions failed (%s); retrying", len(group), exc
                 )
                 await asyncio.sleep(0.1 * 2**attempt)
         raise AssertionError("unreachable")
 
-    async def _write(self, conn: db.Conn, batch: list[_Pending]) -> tuple[set[int], Effects]:
+    async def _write(
+        self, conn: db.Conn, batch: list[_Pending]
+    ) -> tuple[set[tuple[int, int]], Effects]:
+        """Write completions on ``conn``; the (task, claims) accepted and what to announce."""
         jobs = [p for p in batch if p.claimed.node is None]
         nodes = [p for p in batch if p.claimed.node is not None]
-        accepted: set[int] = set()
+        accepted: set[tuple[int, int]] = set()
         effects = Effects()
         if nodes:
             await db.run_lock_many(conn, self._q, [p.claimed.run_id for p in nodes])
@@ -185,7 +204,7 @@ class Completer:
                 [p.claimed.claims for p in nodes],
                 [p.output for p in nodes],
             )
-            accepted.update(r["id"] for r in rows)
+            accepted.update((r["id"], r["claims"]) for r in rows)
             effects.merge(
                 await _transitions.advance(
                     conn, self._q, [r["run_id"] for r in rows], [r["node"] for r in rows]
@@ -199,7 +218,7 @@ class Completer:
                 [p.claimed.claims for p in jobs],
                 [p.output for p in jobs],
             )
-            accepted.update(r["id"] for r in rows)
+            accepted.update((r["id"], r["claims"]) for r in rows)
             effects.ended.update(r["run_id"] for r in rows)
         return accepted, effects
 
@@ -248,6 +267,7 @@ class Completer:
                 run_id=claimed.run_id,
                 node=claimed.node,
                 error=error,
+                expired_only=False,
             )
         self._publish(effects.payloads())
         return owned

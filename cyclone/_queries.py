@@ -126,9 +126,10 @@ async def task_claim(
     limit: int,
     lease: float,
     worker: str,
+    workflows: Sequence[str],
 ) -> list[Record]:
-    """Claim up to ``limit`` available tasks of ``queue``."""
-    return await conn.fetch(q["task_claim"], queue, kinds, limit, lease, worker)
+    """Claim up to ``limit`` available tasks of ``queue`` (nodes only of ``workflows``)."""
+    return await conn.fetch(q["task_claim"], queue, kinds, limit, lease, worker, workflows)
 
 
 async def task_heartbeat(
@@ -139,9 +140,11 @@ async def task_heartbeat(
     return {(r["id"], r["claims"]) for r in rows}
 
 
-async def task_pending_work(conn: Conn, q: Queries, kinds: Sequence[str]) -> bool:
-    """Whether any of ``kinds`` has a task claimable now or running."""
-    return bool(await conn.fetchval(q["task_pending_work"], kinds))
+async def task_pending_work(
+    conn: Conn, q: Queries, kinds: Sequence[str], workflows: Sequence[str]
+) -> bool:
+    """Whether a worker of ``kinds`` and ``workflows`` has work claimable now or running."""
+    return bool(await conn.fetchval(q["task_pending_work"], kinds, workflows))
 
 
 async def run_lock_many(
@@ -193,14 +196,18 @@ async def task_retry_many(
     return await conn.fetch(q["task_retry_many"], ids, claims, delays, errors, refunds)
 
 
-async def job_fail(conn: Conn, q: Queries, task_id: int, claims: int, error: str) -> bool:
+async def job_fail(
+    conn: Conn, q: Queries, task_id: int, claims: int, error: str, *, expired_only: bool
+) -> bool:
     """Fail a job on its last attempt; whether the run failed by this call."""
-    return await conn.fetchval(q["job_fail"], task_id, claims, error) is not None
+    return await conn.fetchval(q["job_fail"], task_id, claims, error, expired_only) is not None
 
 
-async def node_fail(conn: Conn, q: Queries, task_id: int, claims: int, error: str) -> bool:
+async def node_fail(
+    conn: Conn, q: Queries, task_id: int, claims: int, error: str, *, expired_only: bool
+) -> bool:
     """Fail a workflow node on its last attempt; whether the attempt still owned it."""
-    return await conn.fetchval(q["node_fail"], task_id, claims, error) is not None
+    return await conn.fetchval(q["node_fail"], task_id, claims, error, expired_only) is not None
 
 
 async def run_fail(

@@ -163,16 +163,18 @@ async def fail_node_or_job(
     run_id: uuid.UUID,
     node: str | None,
     error: str,
+    expired_only: bool,
 ) -> tuple[bool, Effects]:
     """Fail an attempt that was the last: the job or node fails, and with it the run.
 
     Returns whether the attempt still owned its task (False: its completion is rejected).
+    With ``expired_only`` (maintenance), only while the task's lease is still expired.
     """
     if node is None:
-        failed = await db.job_fail(conn, q, task_id, claims, error)
+        failed = await db.job_fail(conn, q, task_id, claims, error, expired_only=expired_only)
         return failed, Effects(ended={run_id} if failed else set())
     await db.run_lock_many(conn, q, [run_id])
-    if not await db.node_fail(conn, q, task_id, claims, error):
+    if not await db.node_fail(conn, q, task_id, claims, error, expired_only=expired_only):
         return False, Effects()
     await db.run_fail(conn, q, run_id, error, drop_running=False)
     return True, Effects(ended={run_id})

@@ -52,7 +52,8 @@ def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0)
 class _Running:
     claimed: Claimed
     task: asyncio.Task[None]
-    reason: str | None = None  # why we cancelled it: "lost", "shutdown", "deadline"
+    reason: str | None = None  # why we cancelled it: "lost", "shutdown"
+    finishing: bool = False  # writing its outcome: its task may be gone by design
 
 
 @dataclass(slots=True)
@@ -122,6 +123,7 @@ class Worker:
         self.backoff = backoff
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._kinds = sorted(self._steps)
+        self._workflow_names = sorted(self._workflows)
         # Keyed by (task id, claims): a stale attempt and its task's next attempt can overlap.
         self._running: dict[tuple[int, int], _Running] = {}
         self._idle = asyncio.Event()
@@ -210,7 +212,7 @@ class Worker:
         """Cancel the running handlers now, giving their tasks back (a second Ctrl-C)."""
         self._hurry.set()
         for running in list(self._running.values()):
-            if running.reason is None:
+            if running.reason is None and not running.finishing:
                 running.reason = "shutdown"
                 running.task.cancel()
 
@@ -226,7 +228,9 @@ class Worker:
         while True:
             await self._idle.wait()
             async with self.client._acquire() as conn:
-                if not await db.task_pending_work(conn, self.client.queries, self._kinds):
+                if not await db.task_pending_work(
+                    conn, self.client.queries, self._kinds, self._workflow_names
+                ):
                     return
             for queue in self._queues.values():
                 queue.wake.set()
@@ -255,11 +259,14 @@ class Worker:
 
     async def _produce(self, queue: _Queue) -> None:
         while not self._stopping.is_set():
+            # Cleared before claiming: a wakeup that arrives during the claim is kept.
+            queue.wake.clear()
             free = queue.limit - queue.running
             if free > 0:
                 try:
                     await self._claim(queue, min(free, self.claim_batch))
                 except db.DATABASE_ERRORS as exc:
+                    queue.last_claim_full = False  # back off to the poll while it is down
                     logger.warning(
                         "cyclone: claiming from %s failed: %s",
                         queue.name,
@@ -268,7 +275,6 @@ class Worker:
                     )
             if queue.last_claim_full and queue.running < queue.limit:
                 continue  # more is waiting and there is room: claim again at once
-            queue.wake.clear()
             timeout = self.poll_interval * random.uniform(0.8, 1.0)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
@@ -278,7 +284,14 @@ class Worker:
         started = time.perf_counter()
         async with self.client._acquire() as conn:
             rows = await db.task_claim(
-                conn, self.client.queries, queue.name, self._kinds, limit, self.lease, self.id
+                conn,
+                self.client.queries,
+                queue.name,
+                self._kinds,
+                limit,
+                self.lease,
+                self.id,
+                self._workflow_names,
             )
         self.client.observers.claimed(queue.name, len(rows), time.perf_counter() - started)
         queue.last_claim_full = len(rows) == limit
@@ -347,6 +360,7 @@ class Worker:
                     result = await step.handler(ctx, value)
             finally:
                 ctx._close()
+                self._finishing(claimed)
             output = _codec.encode(
                 result,
                 step.output_type,
@@ -384,6 +398,13 @@ class Worker:
             "cyclone: completion rejected: the attempt no longer owns its task", extra=log
         )
         return "rejected"
+
+    def _finishing(self, claimed: Claimed) -> None:
+        # The handler is over; what is left is writing its outcome, which the heartbeat and
+        # hurry() must not cancel (the write itself may delete the task).
+        running = self._running.get(claimed.key)
+        if running is not None:
+            running.finishing = True
 
     def _prepare(
         self, claimed: Claimed, step: Step[Any, Any], completion: CompletionTx
@@ -457,6 +478,8 @@ class Worker:
                 logger.warning("cyclone: heartbeat failed: %s", exc, extra={"worker": self.id})
                 continue
             for r in running:
+                if r.finishing:
+                    continue  # its completion may have deleted the task just now
                 if r.claimed.key not in owned and self._running.get(r.claimed.key) is r:
                     # Cancelled run, reclaimed lease or expired deadline: stop the handler.
                     r.reason = "lost"
@@ -506,6 +529,7 @@ class Worker:
                         run_id=row["run_id"],
                         node=row["node"],
                         error=error,
+                        expired_only=True,  # read without a lock: the lease may be renewed
                     )
                 effects.merge(more)
             for run_id in await db.run_deadline_due(conn, q, limit):

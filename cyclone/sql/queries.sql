@@ -115,14 +115,21 @@ WITH async_commit AS (
 ), picked AS (
     SELECT t.id
     FROM __schema__.cyclone_tasks t
+    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.state = 'available' AND t.queue = $1 AND t.available_at <= now()
       AND t.kind = ANY ($2::text[])
+      -- A failed run starts nothing more, not even a node whose attempt failed or whose
+      -- lease expired after the run failed; retry_all re-opens the run and so the task.
+      AND r.state = 'pending'
+      -- A node's input may need its workflow's input function: only workers that know
+      -- the workflow take its nodes.
+      AND (t.node IS NULL OR r.name = ANY ($6::text[]))
       AND (t.sequence_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM __schema__.cyclone_tasks h
             WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key AND h.id < t.id))
     ORDER BY t.priority DESC, t.available_at, t.id
     LIMIT $3
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE __schema__.cyclone_tasks t
 SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
@@ -154,11 +161,19 @@ FROM mine, async_commit WHERE t.id = mine.id
 RETURNING t.id, t.claims;
 
 -- name: task_pending_work
--- Whether any of these kinds has a task claimable now or running (for draining in tests).
+-- Whether a worker serving kinds $1 and workflows $2 has work running, or claimable now by
+-- the rules of task_claim (for draining in tests).
 SELECT EXISTS (
-    SELECT 1 FROM __schema__.cyclone_tasks
-    WHERE kind = ANY ($1::text[])
-      AND (state = 'running' OR (state = 'available' AND available_at <= now()))
+    SELECT 1 FROM __schema__.cyclone_tasks t
+    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
+    WHERE t.kind = ANY ($1::text[])
+      AND (t.node IS NULL OR r.name = ANY ($2::text[]))
+      AND (t.state = 'running'
+           OR (t.state = 'available' AND t.available_at <= now() AND r.state = 'pending'
+               AND (t.sequence_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM __schema__.cyclone_tasks h
+                    WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key
+                      AND h.id < t.id))))
 );
 
 -- name: run_lock_many
@@ -179,14 +194,14 @@ WITH fenced AS (
     FOR UPDATE OF t
 ), done AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f WHERE t.id = f.id
-    RETURNING t.id, t.run_id, t.attempt, t.errors, f.output
+    RETURNING t.id, t.claims, t.run_id, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_runs r
 SET state = 'completed', output = d.output::jsonb, remaining = 0, attempts = d.attempt,
     errors = d.errors, finished_at = now()
 FROM done d
 WHERE r.id = d.run_id AND r.state = 'pending'
-RETURNING d.id, r.id AS run_id;
+RETURNING d.id, d.claims, r.id AS run_id;
 
 -- name: node_finish_many
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
@@ -200,14 +215,14 @@ WITH fenced AS (
     FOR UPDATE OF t
 ), done AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f WHERE t.id = f.id
-    RETURNING t.id, t.run_id, t.node, t.attempt, t.errors, f.output
+    RETURNING t.id, t.claims, t.run_id, t.node, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_steps s
 SET state = 'completed', output = d.output::jsonb, attempts = d.attempt, errors = d.errors,
     finished_at = now()
 FROM done d
 WHERE s.run_id = d.run_id AND s.node = d.node
-RETURNING d.id, s.run_id, s.node;
+RETURNING d.id, d.claims, s.run_id, s.node;
 
 -- name: wait_finish_many
 -- Signalled wait nodes complete with their signal as output.
@@ -291,14 +306,17 @@ RETURNING t.id, t.queue;
 -- name: job_fail
 -- A job's last attempt failed (task row, then run). A sequenced job keeps its task row,
 -- failed, so that the rest of its sequence waits until it is retried or cancelled.
+-- $4: only if the lease expired (maintenance, which read the task without a lock).
 WITH gone AS (
     DELETE FROM __schema__.cyclone_tasks t
     WHERE t.id = $1 AND t.claims = $2 AND t.state = 'running' AND t.sequence_key IS NULL
+      AND (NOT $4::bool OR t.lease_until < now())
     RETURNING t.run_id, t.attempt, t.errors || $3::jsonb AS errors
 ), blocking AS (
     UPDATE __schema__.cyclone_tasks t
     SET state = 'failed', lease_until = NULL, worker = NULL, errors = t.errors || $3::jsonb
     WHERE t.id = $1 AND t.claims = $2 AND t.state = 'running' AND t.sequence_key IS NOT NULL
+      AND (NOT $4::bool OR t.lease_until < now())
     RETURNING t.run_id, t.attempt, t.errors
 )
 UPDATE __schema__.cyclone_runs r
@@ -310,9 +328,11 @@ RETURNING r.id;
 
 -- name: node_fail
 -- A workflow node's last attempt failed (its run locked by the caller): the node fails.
+-- $4: only if the lease expired, as for job_fail.
 WITH gone AS (
     DELETE FROM __schema__.cyclone_tasks t
     WHERE t.id = $1 AND t.claims = $2 AND t.state = 'running'
+      AND (NOT $4::bool OR t.lease_until < now())
     RETURNING t.run_id, t.node, t.attempt, t.errors
 )
 UPDATE __schema__.cyclone_steps s
@@ -443,17 +463,30 @@ WITH revived AS (
 SELECT queue FROM r;
 
 -- name: job_end
--- Cancel a pending or failed job, or ($2 = 'failed') fail a pending one past its deadline:
--- its task row goes first (a running handler stops at its next heartbeat), then the run.
--- The subquery on "gone" makes the run wait for the task, keeping the job lock order.
+-- Cancel a pending or failed job, or ($2 = 'failed') fail a pending one past its deadline.
+-- Its task row is handled first (a running handler stops at its next heartbeat), then the
+-- run; the subqueries make the run wait for the task, keeping the job lock order. A failing
+-- sequenced job keeps its task row, failed, to block its sequence as any failure does; a
+-- task already failed (its last attempt failed meanwhile) is left as it is.
 WITH gone AS (
-    DELETE FROM __schema__.cyclone_tasks WHERE run_id = $1 RETURNING id
+    DELETE FROM __schema__.cyclone_tasks
+    WHERE run_id = $1 AND ($2 = 'cancelled' OR (sequence_key IS NULL AND state <> 'failed'))
+    RETURNING attempt, errors
+), blocking AS (
+    UPDATE __schema__.cyclone_tasks
+    SET state = 'failed', lease_until = NULL, worker = NULL
+    WHERE run_id = $1 AND $2 = 'failed' AND sequence_key IS NOT NULL AND state <> 'failed'
+    RETURNING attempt, errors
+), task AS (  -- the job's attempt record, kept on the run
+    SELECT attempt, errors FROM gone UNION ALL SELECT attempt, errors FROM blocking LIMIT 1
 )
-UPDATE __schema__.cyclone_runs
-SET state = $2, error = $3::jsonb, finished_at = now()
-WHERE id = $1 AND (state = 'pending' OR (state = 'failed' AND $2 = 'cancelled'))
-  AND (SELECT count(*) FROM gone) >= 0
-RETURNING id;
+UPDATE __schema__.cyclone_runs r
+SET state = $2, error = $3::jsonb, finished_at = now(),
+    attempts = coalesce((SELECT attempt FROM task), r.attempts),
+    errors = coalesce((SELECT errors FROM task), r.errors)
+WHERE r.id = $1 AND (r.state = 'pending' OR (r.state = 'failed' AND $2 = 'cancelled'))
+  AND (SELECT count(*) FROM task) >= 0
+RETURNING r.id;
 
 -- name: run_unique_holder
 -- The active run holding the unique key of (failed) run $1.

@@ -35,7 +35,7 @@ async def test_claim_heartbeat_and_completion_plans(cyclone_env: CycloneEnv) -> 
     for _ in range(10):
         await noop.enqueue_many(cyclone_env.client, list(range(2_000)))
     await cyclone_env.pool.execute("ANALYZE")
-    claim = await explain(cyclone_env, "task_claim", "plans", ["plan.noop"], 10, 30.0, "w")
+    claim = await explain(cyclone_env, "task_claim", "plans", ["plan.noop"], 10, 30.0, "w", [])
     assert "idx_tasks_claim" in claim
     assert "cyclone_runs_pkey" in claim  # the claimed tasks' runs, by primary key
     beat = await explain(cyclone_env, "task_heartbeat", [1, 2], [1, 1], 30.0)
