@@ -36,6 +36,7 @@ from cyclone._workflow import Workflow
 from cyclone.testing._postgres import PostgresServer, describe, postgres_server
 
 _counter = itertools.count()
+_SERVER_USED = pytest.StashKey[str]()
 
 
 # Short intervals so that tests wait on events, not on clocks.
@@ -129,9 +130,10 @@ class DatabaseFactory:
 
 
 @pytest.fixture(scope="session")
-def cyclone_server() -> Iterator[PostgresServer]:
-    """The session's PostgreSQL server."""
+def cyclone_server(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
+    """The session's PostgreSQL server; the test run's output says where it came from."""
     with postgres_server() as server:
+        request.config.stash[_SERVER_USED] = describe(server)
         yield server
 
 
@@ -178,6 +180,13 @@ async def cyclone_worker(
     finally:
         for worker in reversed(started):
             await worker.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Say which PostgreSQL the session used, once it is known."""
+    used = config.stash.get(_SERVER_USED, None)
+    if used is not None:
+        terminalreporter.write_line(f"cyclone: tests ran on {used}")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
