@@ -11,7 +11,6 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
@@ -128,8 +127,6 @@ async def wake_latency(
         Figure("wake p99", cuts[98], "ms", f"{samples} samples"),
     )
 
-
-Bench = Callable[[asyncpg.Pool], Awaitable[Figure]]
 
 
 chain3 = cyclone.define("bench.chain3", int)
