@@ -128,7 +128,6 @@ async def wake_latency(
     )
 
 
-
 chain3 = cyclone.define("bench.chain3", int)
 _a = chain3.node(noop, name="a")
 _b = chain3.node(noop, name="b", after=[_a])
