@@ -176,7 +176,8 @@ class Completer:
                             accepted, effects = await self._write(conn, group)
                     else:  # jobs only: one statement, its own transaction
                         accepted, effects = await self._write(conn, group)
-                self._publish(effects.payloads())
+                    # Committed: announce it now rather than after the pool's reset round trip.
+                    self._publish(effects.payloads())
                 return accepted
             except db.RETRYABLE_ERRORS as exc:
                 if attempt == _WRITE_TRIES:

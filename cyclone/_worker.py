@@ -293,8 +293,13 @@ class Worker:
                 self.id,
                 self._workflow_names,
             )
+            # Start the handlers before giving the connection back: the pool resets it on
+            # release (a round trip), and the handlers need not wait for that.
+            self._start_handlers(queue, rows)
         self.client.observers.claimed(queue.name, len(rows), time.perf_counter() - started)
         queue.last_claim_full = len(rows) == limit
+
+    def _start_handlers(self, queue: _Queue, rows: list[db.Record]) -> None:
         loop = asyncio.get_running_loop()
         for row in rows:
             claimed = Claimed(
