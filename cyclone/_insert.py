@@ -127,8 +127,8 @@ async def enqueue(
                 else:
                     async with conn.transaction():
                         await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
-                if opts.claimable_now():  # committed; before the pool's reset round trip
-                    client._publish([queue_payload(queue)])
+            if opts.claimable_now():
+                client._publish([queue_payload(queue)])
         else:
             conn, tracker = require_transaction(tx)
             await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
