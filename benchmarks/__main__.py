@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
 
@@ -29,6 +31,9 @@ PAIRS = [
 
 
 async def measure(dsn: str) -> tuple[dict[str, Figure], dict[str, Figure]]:
+    """Each floor right before its Cyclone counterpart, on a settled server, so that both
+    sides of a ratio see the same conditions (not an idle server for one and the churn of
+    the previous benchmark for the other)."""
     async with asyncpg.create_pool(dsn, min_size=2, max_size=20) as pool:
         await cyclone.Client(pool).migrate()
 
@@ -36,19 +41,36 @@ async def measure(dsn: str) -> tuple[dict[str, Figure], dict[str, Figure]]:
             conn: asyncpg.Connection = await asyncpg.connect(dsn)
             return conn
 
-        raw = {f.name: f for f in await floor.run_all(pool, connect)}
+        async def settle() -> None:
+            await pool.execute("VACUUM ANALYZE")
+            await pool.execute("CHECKPOINT")
+
+        raw: dict[str, Figure] = {}
         lib: dict[str, Figure] = {}
+        pairs: list[tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[Any]]]] = [
+            (lambda: floor.insert_unnest(pool), lambda: library.enqueue_many(pool)),
+            (lambda: floor.insert_single(pool), lambda: library.enqueue_single(pool)),
+            (lambda: floor.drain_delete(pool), lambda: library.drain(pool, dsn)),
+            (lambda: floor.wake_latency(pool, connect), lambda: library.wake_latency(pool)),
+        ]
+        for raw_side, lib_side in pairs:
+            await settle()
+            raw.update((f.name, f) for f in _figures(await raw_side()))
+            lib.update((f.name, f) for f in _figures(await lib_side()))
+        await settle()
         for figure in [
-            await library.enqueue_many(pool),
-            await library.enqueue_single(pool),
-            await library.drain(pool, dsn),
-            *await library.wake_latency(pool),
+            await floor.insert_copy(pool),
+            await floor.drain_update(pool),
             *await library.workflow_runs(pool, dsn, library.chain3, runs=300),
             *await library.workflow_runs(pool, dsn, library.fanout, runs=20),
             *await library.submit_rates(pool),
         ]:
-            lib[figure.name] = figure
+            (raw if figure.name in {"insert_copy", "drain_update"} else lib)[figure.name] = figure
     return raw, lib
+
+
+def _figures(result: Figure | tuple[Figure, ...]) -> tuple[Figure, ...]:
+    return result if isinstance(result, tuple) else (result,)
 
 
 def report(raw: dict[str, Figure], lib: dict[str, Figure]) -> str:
