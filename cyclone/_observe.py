@@ -88,23 +88,33 @@ class Observers(Observer):
         self._each("queue_stats", stats)
 
     def trace_context(self) -> dict[str, str] | None:
+        if not self.members:
+            return None
         carrier: dict[str, str] = {}
         for member in self.members:
             carrier.update(member.trace_context() or {})
         return carrier or None
 
-    @contextlib.contextmanager
-    def enqueue_span(self, name: str, attributes: Attributes) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            for member in self.members:
-                stack.enter_context(member.enqueue_span(name, attributes))
-            yield
+    def enqueue_span(  # type: ignore[override]
+        self, name: str, attributes: Attributes
+    ) -> contextlib.AbstractContextManager[None]:
+        if not self.members:  # the common case costs nothing on the hot path
+            return _NOTHING
+        return self._nest("enqueue_span", name, attributes)
+
+    def handler_span(  # type: ignore[override]
+        self, name: str, carrier: Mapping[str, str] | None, attributes: Attributes
+    ) -> contextlib.AbstractContextManager[None]:
+        if not self.members:
+            return _NOTHING
+        return self._nest("handler_span", name, carrier, attributes)
 
     @contextlib.contextmanager
-    def handler_span(
-        self, name: str, carrier: Mapping[str, str] | None, attributes: Attributes
-    ) -> Iterator[None]:
+    def _nest(self, hook: str, *args: Any) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
             for member in self.members:
-                stack.enter_context(member.handler_span(name, carrier, attributes))
+                stack.enter_context(getattr(member, hook)(*args))
             yield
+
+
+_NOTHING: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
