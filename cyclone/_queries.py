@@ -81,11 +81,29 @@ async def job_insert_many(
     deadline: dt.datetime | None,
     trace: str | None,
 ) -> int:
-    """Insert standalone jobs; return how many were inserted (0: a unique key was held)."""
+    """Insert standalone jobs; return how many were inserted (0: a unique key was held).
+
+    A unique key goes with exactly one job.
+    """
+    if unique is None:
+        await conn.execute(
+            q["job_insert_many"],
+            ids,
+            inputs,
+            kind,
+            queue,
+            priority,
+            process_at,
+            max_attempts,
+            sequence,
+            deadline,
+            trace,
+        )
+        return len(ids)
     count: int = await conn.fetchval(
-        q["job_insert_many"],
-        ids,
-        inputs,
+        q["job_insert_unique"],
+        ids[0],
+        inputs[0],
         kind,
         queue,
         priority,

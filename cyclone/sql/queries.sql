@@ -37,24 +37,33 @@ SELECT pg_advisory_xact_lock(1668899693, hashtext($1 || chr(31) || $2));
 
 -- name: job_insert_many
 -- Standalone jobs: a run row and a task row each, tasks in input order (the sequence order).
--- A unique key held by an active run inserts nothing; ON CONFLICT keeps the caller's
--- transaction usable where an error would abort it.
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs
+        (id, name, job, input, queue, nodes, remaining, priority, max_attempts, deadline, trace)
+    SELECT i.id, $3, true, i.input::jsonb, $4, 1, 1, $5, $7, $9, $10::jsonb
+    FROM unnest($1::uuid[], $2::text[]) AS i (id, input)
+)
+INSERT INTO __schema__.cyclone_tasks
+    (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
+SELECT i.id, $3, $4, $5, coalesce($6, now()), $7, $8
+FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
+ORDER BY i.ord;
+
+-- name: job_insert_unique
+-- One standalone job with a unique key. A key held by an active run inserts nothing:
+-- ON CONFLICT keeps the caller's transaction usable where an error would abort it.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
          deadline, trace)
-    SELECT i.id, $3, true, i.input::jsonb, $4, $9, 1, 1, $5, $7, $10, $11::jsonb
-    FROM unnest($1::uuid[], $2::text[]) AS i (id, input)
+    VALUES ($1, $3, true, $2::jsonb, $4, $9, 1, 1, $5, $7, $10, $11::jsonb)
     ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
     DO NOTHING
     RETURNING r.id
 ), task AS (
     INSERT INTO __schema__.cyclone_tasks
         (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
-    SELECT i.id, $3, $4, $5, coalesce($6, now()), $7, $8
-    FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
-    WHERE i.id IN (SELECT id FROM run)
-    ORDER BY i.ord
+    SELECT id, $3, $4, $5, coalesce($6, now()), $7, $8 FROM run
 )
 SELECT count(*)::int FROM run;
 
