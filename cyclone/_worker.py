@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from cyclone import _codec, _transitions
+from cyclone import _codec
+from cyclone import _maintenance as maintenance
 from cyclone import _queries as db
 from cyclone._completer import Claimed, Completer, error_record
 from cyclone._context import CompletionTx, Context, Snooze
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cyclone")
 
 DEFAULT_CONCURRENCY = 10
-_PURGE_BATCHES_PER_PASS = 10
 
 
 def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0) -> float:
@@ -503,61 +503,4 @@ class Worker:
     async def maintain_once(self, limit: int = 100) -> None:
         """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, and
         (with a client ``retention``) delete terminal runs old enough."""
-        client, q = self.client, self.client.queries
-        effects = _transitions.Effects()
-        async with client._acquire() as conn:
-            reclaimed = await db.task_reclaim(conn, q, limit)
-            if reclaimed:
-                client.observers.reclaimed(len(reclaimed))
-            for row in reclaimed:
-                effects.queues.add(row["queue"])
-                logger.warning(
-                    "cyclone: reclaimed task %s after its lease expired",
-                    row["id"],
-                    extra={"worker": self.id},
-                )
-            exhausted = await db.task_expired_exhausted(conn, q, limit)
-            for row in exhausted:
-                error = _codec.encode_plain(
-                    {
-                        "attempt": row["attempt"],
-                        "type": "LeaseExpired",
-                        "message": f"the lease expired: worker {row['worker']} stopped renewing it",
-                    }
-                )
-                async with conn.transaction():
-                    _, more = await _transitions.fail_node_or_job(
-                        conn,
-                        q,
-                        task_id=row["id"],
-                        claims=row["claims"],
-                        run_id=row["run_id"],
-                        node=row["node"],
-                        error=error,
-                        expired_only=True,  # read without a lock: the lease may be renewed
-                    )
-                effects.merge(more)
-            for run_id in await db.run_deadline_due(conn, q, limit):
-                error = _codec.encode_plain(
-                    {"type": "DeadlineExceeded", "message": "the run passed its deadline"}
-                )
-                async with conn.transaction():
-                    effects.merge(await _transitions.expire_deadline(conn, q, run_id, error))
-            for row in await db.wait_expire_due(conn, q, limit):
-                error = _codec.encode_plain(
-                    {"type": "WaitTimeout", "message": f"wait node {row['node']!r} timed out"}
-                )
-                async with conn.transaction():
-                    effects.merge(
-                        await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
-                    )
-        client._publish(effects.payloads())
-        if client.observers.members:
-            client.observers.queue_stats(await client.stats())
-        if client.retention is not None:
-            # A few batches per pass: a large backlog drains over passes, never in one long go.
-            purged = await client._purge(
-                client.retention.ages(), client.retention.batch, batches=_PURGE_BATCHES_PER_PASS
-            )
-            if purged:
-                logger.info("cyclone: retention purged %d runs", purged, extra={"worker": self.id})
+        await maintenance.run_once(self.client, worker_id=self.id, limit=limit)
