@@ -1,0 +1,52 @@
+"""The schema the migrations build: exactly these tables and indexes, nothing stray."""
+
+from __future__ import annotations
+
+from cyclone.testing.plugin import CycloneEnv
+
+TABLES = {"cyclone_runs", "cyclone_steps", "cyclone_edges", "cyclone_tasks", "cyclone_migrations"}
+INDEXES = {
+    "cyclone_runs_pkey",
+    "idx_runs_submit_key",
+    "idx_runs_unique_key",
+    "idx_runs_name",
+    "idx_runs_deadline",
+    "idx_runs_finished",
+    "cyclone_steps_pkey",
+    "idx_steps_wait_until",
+    "cyclone_edges_pkey",
+    "idx_edges_child",
+    "cyclone_tasks_pkey",
+    "idx_tasks_claim",
+    "idx_tasks_lease",
+    "idx_tasks_run",
+    "idx_tasks_sequence",
+    "cyclone_migrations_pkey",
+}
+
+
+async def test_migrated_schema(cyclone_env: CycloneEnv) -> None:
+    tables = {
+        r["tablename"]
+        for r in await cyclone_env.pool.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+        )
+    }
+    assert tables == TABLES
+    indexes = {
+        r["indexname"]
+        for r in await cyclone_env.pool.fetch(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = 'public'"
+        )
+    }
+    assert indexes == INDEXES
+    # The claim index holds live, claimable rows only.
+    claim = await cyclone_env.pool.fetchval(
+        "SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_tasks_claim'"
+    )
+    assert claim.endswith("WHERE (state = 'available'::text)")
+    # The hot table is vacuumed eagerly.
+    options = await cyclone_env.pool.fetchval(
+        "SELECT reloptions FROM pg_class WHERE relname = 'cyclone_tasks'"
+    )
+    assert "autovacuum_vacuum_scale_factor=0.01" in options
