@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,14 +168,15 @@ class Completer:
         return accepted
 
     async def _write_group(self, group: list[_Pending]) -> set[tuple[int, int]]:
+        items = [(p.claimed, p.output) for p in group]
         for attempt in range(1, _WRITE_TRIES + 1):
             try:
                 async with self._pool.acquire() as conn:
                     if group[0].claimed.node is not None:
                         async with conn.transaction():
-                            accepted, effects = await self._write(conn, group)
+                            accepted, effects = await self._write(conn, items)
                     else:  # jobs only: one statement, its own transaction
-                        accepted, effects = await self._write(conn, group)
+                        accepted, effects = await self._write(conn, items)
                     # Committed: announce it now rather than after the pool's reset round trip.
                     self._publish(effects.payloads())
                 return accepted
@@ -189,22 +190,17 @@ class Completer:
         raise AssertionError("unreachable")
 
     async def _write(
-        self, conn: db.Conn, batch: list[_Pending]
+        self, conn: db.Conn, items: Sequence[tuple[Claimed, str]]
     ) -> tuple[set[tuple[int, int]], Effects]:
-        """Write completions on ``conn``; the (task, claims) accepted and what to announce."""
-        jobs = [p for p in batch if p.claimed.node is None]
-        nodes = [p for p in batch if p.claimed.node is not None]
+        """Write completions (attempt, output) on ``conn``; the (task, claims) accepted and what
+        to announce."""
+        jobs = [(c, out) for c, out in items if c.node is None]
+        nodes = [(c, out) for c, out in items if c.node is not None]
         accepted: set[tuple[int, int]] = set()
         effects = Effects()
         if nodes:
-            await db.run_lock_many(conn, self._q, [p.claimed.run_id for p in nodes])
-            rows = await db.node_finish_many(
-                conn,
-                self._q,
-                [p.claimed.id for p in nodes],
-                [p.claimed.claims for p in nodes],
-                [p.output for p in nodes],
-            )
+            await db.run_lock_many(conn, self._q, [c.run_id for c, _ in nodes])
+            rows = await db.node_finish_many(conn, self._q, *_columns(nodes))
             accepted.update((r["id"], r["claims"]) for r in rows)
             effects.merge(
                 await _transitions.advance(
@@ -212,13 +208,7 @@ class Completer:
                 )
             )
         if jobs:
-            rows = await db.job_complete_many(
-                conn,
-                self._q,
-                [p.claimed.id for p in jobs],
-                [p.claimed.claims for p in jobs],
-                [p.output for p in jobs],
-            )
+            rows = await db.job_complete_many(conn, self._q, *_columns(jobs))
             accepted.update((r["id"], r["claims"]) for r in rows)
             effects.ended.update(r["run_id"] for r in rows)
         return accepted, effects
@@ -231,9 +221,7 @@ class Completer:
         """
         conn = completion.connection
         try:
-            accepted, effects = await self._write(
-                conn, [_Pending(claimed, output, asyncio.get_running_loop().create_future())]
-            )
+            accepted, effects = await self._write(conn, [(claimed, output)])
         except BaseException:
             await completion.rollback()
             raise
@@ -272,3 +260,8 @@ class Completer:
             )
         self._publish(effects.payloads())
         return owned
+
+
+def _columns(items: Sequence[tuple[Claimed, str]]) -> tuple[list[int], list[int], list[str]]:
+    """Task ids, claim tokens and outputs, as the completion statements take them."""
+    return [c.id for c, _ in items], [c.claims for c, _ in items], [out for _, out in items]
