@@ -1,0 +1,86 @@
+"""Reclaim against completion, in both orders, with the interleaving forced by real locks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import cyclone
+from cyclone import _maintenance
+from cyclone import _queries as db
+from cyclone._completer import Claimed, Completer
+from cyclone.testing.plugin import CycloneEnv
+
+
+@cyclone.step("race.job")
+async def job(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+async def claimed_with_expired_lease(env: CycloneEnv) -> tuple[cyclone.Run, Claimed]:
+    run = await job.enqueue(env.client, 1)
+    async with env.pool.acquire() as conn:
+        [row] = await db.task_claim(
+            conn, env.client.queries, "default", ["race.job"], 1, 30.0, "w1", []
+        )
+    await env.pool.execute("UPDATE cyclone_tasks SET lease_until = now() - interval '1 hour'")
+    claimed = Claimed(
+        id=row["id"],
+        run_id=row["run_id"],
+        node=None,
+        kind="race.job",
+        queue="default",
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        claims=row["claims"],
+        run_name=row["name"],
+        input=row["input"],
+        deps=None,
+    )
+    return run, claimed
+
+
+async def waiting_on_a_lock(env: CycloneEnv) -> None:
+    """Until some session of this database waits on a lock (observed, not slept on)."""
+    async with asyncio.timeout(30):
+        while not await env.pool.fetchval(  # noqa: ASYNC110 - another session's state
+            "SELECT count(*) > 0 FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ):
+            await asyncio.sleep(0.01)
+
+
+async def test_completion_waiting_on_a_reclaim_is_rejected(cyclone_env: CycloneEnv) -> None:
+    run, claimed = await claimed_with_expired_lease(cyclone_env)
+    completer = Completer(cyclone_env.pool, cyclone_env.client.queries, cyclone_env.client._publish)
+    completer.start()
+    try:
+        async with cyclone_env.pool.acquire() as reclaimer:
+            tx = reclaimer.transaction()
+            await tx.start()
+            assert len(await db.task_reclaim(reclaimer, cyclone_env.client.queries, 10)) == 1
+            completing = asyncio.get_running_loop().create_task(completer.complete(claimed, "1"))
+            await waiting_on_a_lock(cyclone_env)  # the completion waits for the reclaim
+            await tx.commit()
+            assert await asyncio.wait_for(completing, 30) is False  # fenced out
+    finally:
+        await completer.stop()
+    info = await run.info()
+    assert (info.state, info.nodes[0].state) == (cyclone.RunState.RUNNING, "available")
+    assert [e["type"] for e in info.nodes[0].errors] == ["LeaseExpired"]
+
+
+async def test_reclaim_skips_a_task_being_completed(cyclone_env: CycloneEnv) -> None:
+    run, claimed = await claimed_with_expired_lease(cyclone_env)
+    async with cyclone_env.pool.acquire() as completer:
+        tx = completer.transaction()
+        await tx.start()
+        rows = await db.job_complete_many(
+            completer, cyclone_env.client.queries, [claimed.id], [claimed.claims], ["1"]
+        )
+        assert len(rows) == 1
+        # Maintenance runs meanwhile: SKIP LOCKED passes the task by instead of waiting.
+        await asyncio.wait_for(_maintenance.run_once(cyclone_env.client, worker_id="m"), 30)
+        await tx.commit()
+    info = await run.info()
+    assert (info.state, info.nodes[0].errors) == (cyclone.RunState.COMPLETED, [])
+    assert await run.result() == 1
