@@ -50,18 +50,17 @@ def _check_types(values: Sequence[object], tp: Any, what: str) -> None:
 def encode_many(values: Sequence[object], tp: Any, *, what: str, limit: int) -> list[str]:
     """Encode each value (declared as ``tp``) to JSON text, checking type, NUL and size."""
     _check_types(values, tp, what)
-    out = []
-    for value in values:
-        try:
-            data = _encoder.encode(value)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise InvalidInputError(f"{what} cannot be encoded as JSON: {exc}") from exc
-        if b"\\u0000" in data and _NUL_ESCAPE.search(data):
+    encode = _encoder.encode
+    try:
+        data = [encode(value) for value in values]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidInputError(f"{what} cannot be encoded as JSON: {exc}") from exc
+    for item in data:
+        if b"\\u0000" in item and _NUL_ESCAPE.search(item):
             raise InvalidInputError(f"{what} contains a NUL character, which jsonb cannot store")
-        if len(data) > limit:
-            raise PayloadTooLargeError(what, len(data), limit)
-        out.append(data.decode("utf-8"))
-    return out
+        if len(item) > limit:
+            raise PayloadTooLargeError(what, len(item), limit)
+    return [item.decode("utf-8") for item in data]
 
 
 def encode(value: object, tp: Any, *, what: str, limit: int) -> str:

@@ -239,7 +239,14 @@ class Completer:
         """Make the task available again after ``delay``; whether the attempt still owned it."""
         async with self._pool.acquire() as conn:
             rows = await db.task_retry_many(
-                conn, self._q, [claimed.id], [claimed.claims], [delay], [error], [refund]
+                conn,
+                self._q,
+                [claimed.run_id],
+                [claimed.id],
+                [claimed.claims],
+                [delay],
+                [error],
+                [refund],
             )
         if rows and delay <= 0:
             self._publish([queue_payload(claimed.queue)])
@@ -262,6 +269,13 @@ class Completer:
         return owned
 
 
-def _columns(items: Sequence[tuple[Claimed, str]]) -> tuple[list[int], list[int], list[str]]:
-    """Task ids, claim tokens and outputs, as the completion statements take them."""
-    return [c.id for c, _ in items], [c.claims for c, _ in items], [out for _, out in items]
+def _columns(
+    items: Sequence[tuple[Claimed, str]],
+) -> tuple[list[uuid.UUID], list[int], list[int], list[str]]:
+    """Runs, task ids, claim tokens and outputs, as the completion statements take them."""
+    return (
+        [c.run_id for c, _ in items],
+        [c.id for c, _ in items],
+        [c.claims for c, _ in items],
+        [out for _, out in items],
+    )

@@ -151,10 +151,15 @@ async def task_claim(
 
 
 async def task_heartbeat(
-    conn: Conn, q: Queries, ids: Sequence[int], claims: Sequence[int], lease: float
+    conn: Conn,
+    q: Queries,
+    run_ids: Sequence[uuid.UUID],
+    ids: Sequence[int],
+    claims: Sequence[int],
+    lease: float,
 ) -> set[tuple[int, int]]:
     """Extend leases; return the (id, claims) still owned."""
-    rows = await conn.fetch(q["task_heartbeat"], ids, claims, lease)
+    rows = await conn.fetch(q["task_heartbeat"], run_ids, ids, claims, lease)
     return {(r["id"], r["claims"]) for r in rows}
 
 
@@ -174,17 +179,27 @@ async def run_lock_many(
 
 
 async def job_complete_many(
-    conn: Conn, q: Queries, ids: Sequence[int], claims: Sequence[int], outputs: Sequence[str]
+    conn: Conn,
+    q: Queries,
+    run_ids: Sequence[uuid.UUID],
+    ids: Sequence[int],
+    claims: Sequence[int],
+    outputs: Sequence[str],
 ) -> list[Record]:
     """Complete jobs whose attempts still own their tasks; return (id, run_id) of those."""
-    return await conn.fetch(q["job_complete_many"], ids, claims, outputs)
+    return await conn.fetch(q["job_complete_many"], run_ids, ids, claims, outputs)
 
 
 async def node_finish_many(
-    conn: Conn, q: Queries, ids: Sequence[int], claims: Sequence[int], outputs: Sequence[str]
+    conn: Conn,
+    q: Queries,
+    run_ids: Sequence[uuid.UUID],
+    ids: Sequence[int],
+    claims: Sequence[int],
+    outputs: Sequence[str],
 ) -> list[Record]:
     """Record completed workflow nodes whose attempts still own their tasks."""
-    return await conn.fetch(q["node_finish_many"], ids, claims, outputs)
+    return await conn.fetch(q["node_finish_many"], run_ids, ids, claims, outputs)
 
 
 async def wait_finish_many(
@@ -204,6 +219,7 @@ async def node_advance(
 async def task_retry_many(
     conn: Conn,
     q: Queries,
+    run_ids: Sequence[uuid.UUID],
     ids: Sequence[int],
     claims: Sequence[int],
     delays: Sequence[float],
@@ -211,21 +227,37 @@ async def task_retry_many(
     refunds: Sequence[bool],
 ) -> list[Record]:
     """Put attempts back to available after a delay; return (id, queue) of those owned."""
-    return await conn.fetch(q["task_retry_many"], ids, claims, delays, errors, refunds)
+    return await conn.fetch(q["task_retry_many"], run_ids, ids, claims, delays, errors, refunds)
 
 
 async def job_fail(
-    conn: Conn, q: Queries, task_id: int, claims: int, error: str, *, expired_only: bool
+    conn: Conn,
+    q: Queries,
+    run_id: uuid.UUID,
+    task_id: int,
+    claims: int,
+    error: str,
+    *,
+    expired_only: bool,
 ) -> bool:
     """Fail a job on its last attempt; whether the run failed by this call."""
-    return await conn.fetchval(q["job_fail"], task_id, claims, error, expired_only) is not None
+    row = await conn.fetchval(q["job_fail"], run_id, task_id, claims, error, expired_only)
+    return row is not None
 
 
 async def node_fail(
-    conn: Conn, q: Queries, task_id: int, claims: int, error: str, *, expired_only: bool
+    conn: Conn,
+    q: Queries,
+    run_id: uuid.UUID,
+    task_id: int,
+    claims: int,
+    error: str,
+    *,
+    expired_only: bool,
 ) -> bool:
     """Fail a workflow node on its last attempt; whether the attempt still owned it."""
-    return await conn.fetchval(q["node_fail"], task_id, claims, error, expired_only) is not None
+    row = await conn.fetchval(q["node_fail"], run_id, task_id, claims, error, expired_only)
+    return row is not None
 
 
 async def run_fail(

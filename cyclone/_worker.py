@@ -475,6 +475,7 @@ class Worker:
                     owned = await db.task_heartbeat(
                         conn,
                         self.client.queries,
+                        [r.claimed.run_id for r in running],
                         [r.claimed.id for r in running],
                         [r.claimed.claims for r in running],
                         self.lease,

@@ -3,7 +3,7 @@
 -- comes back as ::text, so a caller's connection codecs never change it.
 --
 -- Lock order, so that concurrent transitions of one run never deadlock:
--- - a workflow run: the run row (by id), then its tasks (by id), then its steps. Statements
+-- - a workflow run: the run row (by id), then its tasks (by task id), then its steps. Statements
 --   that decide on the run's current state lock it in a statement of their own first
 --   (run_lock_many), so the next statement's snapshot sees every commit before the lock.
 -- - a standalone job: its task row, then its run row. Each job transition is one statement
@@ -122,7 +122,7 @@ FROM __schema__.cyclone_runs WHERE name = $1 AND key = $2;
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ), picked AS (
-    SELECT t.id
+    SELECT t.run_id, t.id
     FROM __schema__.cyclone_tasks t
     JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.state = 'available' AND t.queue = $1 AND t.available_at <= now()
@@ -144,7 +144,7 @@ UPDATE __schema__.cyclone_tasks t
 SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
     lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
 FROM picked, __schema__.cyclone_runs r, async_commit
-WHERE t.id = picked.id AND r.id = t.run_id
+WHERE t.run_id = picked.run_id AND t.id = picked.id AND r.id = t.run_id
 RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
     r.name, r.input::text AS input, r.trace::text AS trace,
     (SELECT jsonb_object_agg(e.parent, s.output)::text
@@ -158,15 +158,16 @@ RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ), mine AS (
-    SELECT t.id
+    SELECT t.run_id, t.id
     FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::bigint[], $2::int[]) AS h (id, claims) ON t.id = h.id AND t.claims = h.claims
+    JOIN unnest($1::uuid[], $2::bigint[], $3::int[]) AS h (run_id, id, claims)
+      ON t.run_id = h.run_id AND t.id = h.id AND t.claims = h.claims
     WHERE t.state = 'running'
     ORDER BY t.id
     FOR UPDATE OF t
 )
-UPDATE __schema__.cyclone_tasks t SET lease_until = now() + make_interval(secs => $3)
-FROM mine, async_commit WHERE t.id = mine.id
+UPDATE __schema__.cyclone_tasks t SET lease_until = now() + make_interval(secs => $4)
+FROM mine, async_commit WHERE t.run_id = mine.run_id AND t.id = mine.id
 RETURNING t.id, t.claims;
 
 -- name: task_pending_work
@@ -194,15 +195,16 @@ WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE;
 -- task row goes, the run row takes the output. A task no longer owned by its attempt (reclaimed,
 -- cancelled) matches nothing: that completion is rejected.
 WITH fenced AS (
-    SELECT t.id, c.output
+    SELECT t.run_id, t.id, c.output
     FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::bigint[], $2::int[], $3::text[]) AS c (id, claims, output)
-      ON t.id = c.id AND t.claims = c.claims
+    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[]) AS c (run_id, id, claims, output)
+      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
     WHERE t.state = 'running'
     ORDER BY t.id
     FOR UPDATE OF t
 ), done AS (
-    DELETE FROM __schema__.cyclone_tasks t USING fenced f WHERE t.id = f.id
+    DELETE FROM __schema__.cyclone_tasks t USING fenced f
+    WHERE t.run_id = f.run_id AND t.id = f.id
     RETURNING t.id, t.claims, t.run_id, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_runs r
@@ -215,15 +217,16 @@ RETURNING d.id, d.claims, r.id AS run_id;
 -- name: node_finish_many
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
 WITH fenced AS (
-    SELECT t.id, c.output
+    SELECT t.run_id, t.id, c.output
     FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::bigint[], $2::int[], $3::text[]) AS c (id, claims, output)
-      ON t.id = c.id AND t.claims = c.claims
+    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[]) AS c (run_id, id, claims, output)
+      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
     WHERE t.state = 'running'
     ORDER BY t.id
     FOR UPDATE OF t
 ), done AS (
-    DELETE FROM __schema__.cyclone_tasks t USING fenced f WHERE t.id = f.id
+    DELETE FROM __schema__.cyclone_tasks t USING fenced f
+    WHERE t.run_id = f.run_id AND t.id = f.id
     RETURNING t.id, t.claims, t.run_id, t.node, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_steps s
@@ -294,11 +297,11 @@ SELECT 'ended', state, id, NULL FROM counted WHERE state <> 'pending';
 -- Attempts that failed with attempts left, or snoozed ($5: give the attempt back): the task
 -- becomes available again after its delay, keeping the error of the attempt.
 WITH fenced AS (
-    SELECT t.id, c.delay, c.error, c.refund
+    SELECT t.run_id, t.id, c.delay, c.error, c.refund
     FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::bigint[], $2::int[], $3::float8[], $4::text[], $5::bool[])
-        AS c (id, claims, delay, error, refund)
-      ON t.id = c.id AND t.claims = c.claims
+    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::bool[])
+        AS c (run_id, id, claims, delay, error, refund)
+      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
     WHERE t.state = 'running'
     ORDER BY t.id
     FOR UPDATE OF t
@@ -309,27 +312,27 @@ SET state = 'available', available_at = now() + make_interval(secs => f.delay),
     attempt = t.attempt - f.refund::int,
     errors = CASE WHEN f.error IS NULL THEN t.errors ELSE t.errors || f.error::jsonb END
 FROM fenced f
-WHERE t.id = f.id
+WHERE t.run_id = f.run_id AND t.id = f.id
 RETURNING t.id, t.queue;
 
 -- name: job_fail
 -- A job's last attempt failed (task row, then run). A sequenced job keeps its task row,
 -- failed, so that the rest of its sequence waits until it is retried or cancelled.
--- $4: only if the lease expired (maintenance, which read the task without a lock).
+-- $5: only if the lease expired (maintenance, which read the task without a lock).
 WITH gone AS (
     DELETE FROM __schema__.cyclone_tasks t
-    WHERE t.id = $1 AND t.claims = $2 AND t.state = 'running' AND t.sequence_key IS NULL
-      AND (NOT $4::bool OR t.lease_until < now())
-    RETURNING t.run_id, t.attempt, t.errors || $3::jsonb AS errors
+    WHERE t.run_id = $1 AND t.id = $2 AND t.claims = $3 AND t.state = 'running'
+      AND t.sequence_key IS NULL AND (NOT $5::bool OR t.lease_until < now())
+    RETURNING t.run_id, t.attempt, t.errors || $4::jsonb AS errors
 ), blocking AS (
     UPDATE __schema__.cyclone_tasks t
-    SET state = 'failed', lease_until = NULL, worker = NULL, errors = t.errors || $3::jsonb
-    WHERE t.id = $1 AND t.claims = $2 AND t.state = 'running' AND t.sequence_key IS NOT NULL
-      AND (NOT $4::bool OR t.lease_until < now())
+    SET state = 'failed', lease_until = NULL, worker = NULL, errors = t.errors || $4::jsonb
+    WHERE t.run_id = $1 AND t.id = $2 AND t.claims = $3 AND t.state = 'running'
+      AND t.sequence_key IS NOT NULL AND (NOT $5::bool OR t.lease_until < now())
     RETURNING t.run_id, t.attempt, t.errors
 )
 UPDATE __schema__.cyclone_runs r
-SET state = 'failed', attempts = x.attempt, errors = x.errors, error = $3::jsonb,
+SET state = 'failed', attempts = x.attempt, errors = x.errors, error = $4::jsonb,
     finished_at = now()
 FROM (SELECT * FROM gone UNION ALL SELECT * FROM blocking) x
 WHERE r.id = x.run_id AND r.state = 'pending'
@@ -337,15 +340,15 @@ RETURNING r.id;
 
 -- name: node_fail
 -- A workflow node's last attempt failed (its run locked by the caller): the node fails.
--- $4: only if the lease expired, as for job_fail.
+-- $5: only if the lease expired, as for job_fail.
 WITH gone AS (
     DELETE FROM __schema__.cyclone_tasks t
-    WHERE t.id = $1 AND t.claims = $2 AND t.state = 'running'
-      AND (NOT $4::bool OR t.lease_until < now())
+    WHERE t.run_id = $1 AND t.id = $2 AND t.claims = $3 AND t.state = 'running'
+      AND (NOT $5::bool OR t.lease_until < now())
     RETURNING t.run_id, t.node, t.attempt, t.errors
 )
 UPDATE __schema__.cyclone_steps s
-SET state = 'failed', attempts = g.attempt, errors = g.errors || $3::jsonb, finished_at = now()
+SET state = 'failed', attempts = g.attempt, errors = g.errors || $4::jsonb, finished_at = now()
 FROM gone g
 WHERE s.run_id = g.run_id AND s.node = g.node
 RETURNING s.run_id, s.node;
@@ -372,12 +375,14 @@ WITH r AS (
     WHERE id = $1 AND state = 'pending'
     RETURNING id
 ), doomed AS (
-    SELECT t.id FROM __schema__.cyclone_tasks t
+    SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
     WHERE t.run_id IN (SELECT id FROM r) AND (t.state = 'available' OR $3::bool)
     ORDER BY t.id
     FOR UPDATE
 ), dropped AS (
-    DELETE FROM __schema__.cyclone_tasks t USING doomed d WHERE t.id = d.id RETURNING t.node
+    DELETE FROM __schema__.cyclone_tasks t USING doomed d
+    WHERE t.run_id = d.run_id AND t.id = d.id
+    RETURNING t.node
 )
 UPDATE __schema__.cyclone_steps s SET state = 'pending', wait_until = NULL
 WHERE s.run_id IN (SELECT id FROM r)
@@ -392,7 +397,7 @@ ORDER BY deadline LIMIT $1;
 -- Tasks whose lease expired (their worker died or stalled), attempts left: back to
 -- available at once, the lost attempt recorded as an error.
 WITH expired AS (
-    SELECT id FROM __schema__.cyclone_tasks
+    SELECT run_id, id FROM __schema__.cyclone_tasks
     WHERE state = 'running' AND lease_until < now() AND attempt < max_attempts
     ORDER BY id
     LIMIT $1
@@ -404,7 +409,7 @@ SET state = 'available', available_at = now(), lease_until = NULL, worker = NULL
         'attempt', t.attempt, 'type', 'LeaseExpired', 'at', now(),
         'message', 'the lease expired: worker ' || coalesce(t.worker, '?') || ' stopped renewing it')
 FROM expired e
-WHERE t.id = e.id
+WHERE t.run_id = e.run_id AND t.id = e.id
 RETURNING t.id, t.queue;
 
 -- name: task_expired_exhausted
@@ -421,10 +426,11 @@ WITH r AS (
     WHERE id = $1 AND state IN ('pending', 'failed')
     RETURNING id
 ), doomed AS (
-    SELECT t.id FROM __schema__.cyclone_tasks t
+    SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
     WHERE t.run_id IN (SELECT id FROM r) ORDER BY t.id FOR UPDATE
 ), dropped AS (
-    DELETE FROM __schema__.cyclone_tasks t USING doomed d WHERE t.id = d.id
+    DELETE FROM __schema__.cyclone_tasks t USING doomed d
+    WHERE t.run_id = d.run_id AND t.id = d.id
 ), steps AS (
     UPDATE __schema__.cyclone_steps SET state = 'cancelled', wait_until = NULL
     WHERE run_id IN (SELECT id FROM r) AND state NOT IN ('completed', 'failed')

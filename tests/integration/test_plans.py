@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
@@ -13,34 +14,73 @@ async def noop(ctx: cyclone.Context, n: int) -> None:
     return None
 
 
-def indexes_used(plan: object) -> set[str]:
+def scans(plan: object) -> set[str]:
+    """Every index a plan reads, and "seq:<table>" for every table it reads in full."""
     found: set[str] = set()
     if isinstance(plan, dict):
         if "Index Name" in plan:
             found.add(plan["Index Name"])
+        if plan.get("Node Type") == "Seq Scan":
+            found.add(f"seq:{plan['Relation Name']}")
         for value in plan.values():
-            found |= indexes_used(value)
+            found |= scans(value)
     elif isinstance(plan, list):
         for item in plan:
-            found |= indexes_used(item)
+            found |= scans(item)
     return found
 
 
 async def explain(env: CycloneEnv, name: str, *args: object) -> set[str]:
     text = await env.pool.fetchval(f"EXPLAIN (FORMAT JSON) {env.client.queries[name]}", *args)
-    return indexes_used(json.loads(text))
+    return scans(json.loads(text))
 
 
 async def test_claim_heartbeat_and_completion_plans(cyclone_env: CycloneEnv) -> None:
     for _ in range(10):
         await noop.enqueue_many(cyclone_env.client, list(range(2_000)))
     await cyclone_env.pool.execute("ANALYZE")
+    run, task = uuid.uuid4(), 1
     claim = await explain(cyclone_env, "task_claim", "plans", ["plan.noop"], 10, 30.0, "w", [])
     assert "idx_tasks_claim" in claim
     assert "cyclone_runs_pkey" in claim  # the claimed tasks' runs, by primary key
-    beat = await explain(cyclone_env, "task_heartbeat", [1, 2], [1, 1], 30.0)
+    beat = await explain(cyclone_env, "task_heartbeat", [run, run], [1, 2], [1, 1], 30.0)
     assert "cyclone_tasks_pkey" in beat
-    done = await explain(cyclone_env, "job_complete_many", [1, 2], [1, 1], ["null", "null"])
+    done = await explain(
+        cyclone_env, "job_complete_many", [run, run], [1, 2], [1, 1], ["null", "null"]
+    )
     assert {"cyclone_tasks_pkey", "cyclone_runs_pkey"} <= done
+    retry = await explain(
+        cyclone_env, "task_retry_many", [run], [task], [1], [0.0], [None], [False]
+    )
+    assert "cyclone_tasks_pkey" in retry
     reclaim = await explain(cyclone_env, "task_reclaim", 100)
     assert "idx_tasks_lease" in reclaim
+    # No statement reads the whole hot table: a task is found by (run, id) or by run.
+    for name, args in [
+        ("task_heartbeat", ([run], [task], [1], 30.0)),
+        ("job_complete_many", ([run], [task], [1], ["null"])),
+        ("node_finish_many", ([run], [task], [1], ["null"])),
+        ("task_retry_many", ([run], [task], [1], [0.0], [None], [False])),
+        ("task_reclaim", (100,)),
+        ("job_fail", (run, task, 1, "{}", False)),
+        ("node_fail", (run, task, 1, "{}", False)),
+        ("job_end", (run, "cancelled", None)),
+        ("run_cancel", (run,)),
+        ("run_fail", (run, "{}", True)),
+        ("job_reopen", (run,)),
+    ]:
+        plan = await explain(cyclone_env, name, *args)
+        assert "seq:cyclone_tasks" not in plan, name
+        assert "cyclone_tasks_pkey" in plan or "idx_tasks_lease" in plan, name
+
+
+async def test_listing_walks_the_primary_key(cyclone_env: CycloneEnv) -> None:
+    """Runs are listed newest first by the primary key, a name filter included: no index on
+    names costs every insert an entry."""
+    for _ in range(5):
+        await noop.enqueue_many(cyclone_env.client, list(range(2_000)))
+    await cyclone_env.pool.execute("ANALYZE")
+    args = [None, "plan.noop", None, None, None, None, None, 50]
+    plan = await explain(cyclone_env, "run_list", *args)
+    assert "cyclone_runs_pkey" in plan
+    assert "seq:cyclone_runs" not in plan

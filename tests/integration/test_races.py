@@ -75,7 +75,12 @@ async def test_reclaim_skips_a_task_being_completed(cyclone_env: CycloneEnv) -> 
         tx = completer.transaction()
         await tx.start()
         rows = await db.job_complete_many(
-            completer, cyclone_env.client.queries, [claimed.id], [claimed.claims], ["1"]
+            completer,
+            cyclone_env.client.queries,
+            [claimed.run_id],
+            [claimed.id],
+            [claimed.claims],
+            ["1"],
         )
         assert len(rows) == 1
         # Maintenance runs meanwhile: SKIP LOCKED passes the task by instead of waiting.
