@@ -132,7 +132,9 @@ class Completer:
         """Queue a completion for the next batch; whether it was accepted (still owned)."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Pending(claimed, output, done))
-        return await asyncio.shield(done)
+        # A waiter cancelled meanwhile leaves ``done`` cancelled; the batch is written anyway
+        # and skips setting it.
+        return await done
 
     async def _run(self) -> None:
         while True:

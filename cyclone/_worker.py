@@ -329,9 +329,8 @@ class Worker:
         observers = self.client.observers
         started = time.perf_counter()
         outcome = "cancelled"
-        carrier = None if claimed.trace is None else _codec.decode(claimed.trace, dict[str, str])
         try:
-            with observers.handler_span(f"run {claimed.kind}", carrier, claimed.span_attributes()):
+            with self._handler_span(claimed):
                 outcome = await self._attempt(claimed)
         except asyncio.CancelledError:
             running = self._running.get(claimed.key)
@@ -352,6 +351,13 @@ class Worker:
             if queue.last_claim_full or self._stopping.is_set():
                 queue.wake.set()
 
+    def _handler_span(self, claimed: Claimed) -> contextlib.AbstractContextManager[None]:
+        observers = self.client.observers
+        if not observers.members:  # the common case: no span, nothing to build for one
+            return contextlib.nullcontext()
+        carrier = None if claimed.trace is None else _codec.decode(claimed.trace, dict[str, str])
+        return observers.handler_span(f"run {claimed.kind}", carrier, claimed.span_attributes())
+
     async def _attempt(self, claimed: Claimed) -> str:
         """Run one attempt and write its outcome; return the outcome's name."""
         step = self._steps[claimed.kind]
@@ -361,8 +367,11 @@ class Worker:
             ctx, value = self._prepare(claimed, step, completion)
             ctx._bind()
             try:
-                async with asyncio.timeout(step.timeout):
+                if step.timeout is None:
                     result = await step.handler(ctx, value)
+                else:
+                    async with asyncio.timeout(step.timeout):
+                        result = await step.handler(ctx, value)
             finally:
                 ctx._close()
                 self._finishing(claimed)
