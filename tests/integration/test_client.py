@@ -31,6 +31,19 @@ async def test_concurrent_migrations_apply_once(cyclone_env: CycloneEnv) -> None
     assert await cyclone.Client(cyclone_env.pool, schema="tenant_a").migrate() == []
 
 
+async def test_upgrading_keeps_live_work(cyclone_env: CycloneEnv) -> None:
+    """Work enqueued before a migration is claimed and completed after it."""
+    client = cyclone.Client(cyclone_env.pool, schema="upgraded")
+    latest = client.queries.migrations
+    client.queries.migrations = latest[:2]  # as an install of the version before 0003
+    assert await client.migrate() == [1, 2]
+    runs = await echo.enqueue_many(client, [1, 2, 3])
+    client.queries.migrations = latest
+    assert await client.migrate() == [3]
+    async with fast_worker(client, steps=[echo]):
+        assert [await r.result(timeout=30) for r in runs] == [1, 2, 3]
+
+
 async def test_a_schema_of_its_own(cyclone_env: CycloneEnv) -> None:
     tenant = cyclone.Client(cyclone_env.pool, schema="tenant_b")
     await tenant.migrate()
