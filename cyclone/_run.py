@@ -91,7 +91,13 @@ class QueueStats:
 
 @dataclass(frozen=True, slots=True)
 class RunQuery:
-    """Filters for ``client.list_runs``; every one is optional. Newest runs come first."""
+    """Filters for ``client.list_runs``; every one is optional. Newest runs come first.
+
+    A page is found by walking runs from the newest back (by their time-ordered ids) until
+    ``limit`` match, so a filter that few recent runs match reads further into the history;
+    keep the history bounded with :class:`Retention`. A ``cursor`` starts the walk where the
+    previous page ended.
+    """
 
     name: str | None = None
     state: RunState | list[RunState] | None = None
