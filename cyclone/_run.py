@@ -160,7 +160,11 @@ class Run:
         await self.client._run_retry(self.id, None)
 
     async def retry(self, node: str) -> None:
-        """Reset one failed node; the run re-opens once no failed node is left."""
+        """Reset one failed node; the run re-opens once no failed node is left.
+
+        A job's one node is named after its kind. :class:`UnknownKindError` if the run has
+        no such node, :class:`InvalidStateError` if it has not failed.
+        """
         await self.client._run_retry(self.id, node)
 
 

@@ -97,7 +97,12 @@ async def cancel(conn: Conn, q: Queries, run_id: uuid.UUID) -> tuple[bool, Effec
 async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> Effects:
     """Re-open a failed run, or reset one of its failed nodes."""
     effects = Effects()
-    if await is_job(conn, q, run_id):
+    kind = await db.run_kind(conn, q, run_id)
+    if kind is None:
+        raise RunNotFoundError(run_id)
+    if kind["job"]:
+        if node is not None and node != kind["name"]:  # a job's one node is named by its kind
+            raise UnknownKindError(f"run {run_id} has no node {node!r}")
         try:
             async with conn.transaction():  # a savepoint: the look-up below needs the tx
                 queue = await db.job_reopen(conn, q, run_id)

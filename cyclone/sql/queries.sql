@@ -512,7 +512,7 @@ JOIN __schema__.cyclone_runs h
 WHERE f.id = $1;
 
 -- name: run_kind
-SELECT job, state FROM __schema__.cyclone_runs WHERE id = $1;
+SELECT job, name, state FROM __schema__.cyclone_runs WHERE id = $1;
 
 -- name: run_release
 -- Queue the nodes of an open run (locked by the caller) whose dependencies are all done:

@@ -357,3 +357,28 @@ async def test_retry_of_a_job_whose_unique_key_was_taken(cyclone_env: CycloneEnv
         await failed.retry_all()
     assert raised.value.run_id == holder.id
     assert await failed.status() is cyclone.RunState.FAILED
+
+
+failing = {"on": True}
+
+
+@cyclone.step("retry.flaky", max_attempts=1)
+async def flaky(ctx: cyclone.Context, n: int) -> int:
+    if failing["on"]:
+        raise RuntimeError("not yet")
+    return n
+
+
+async def test_retry_of_a_job_names_its_one_node(cyclone_env: CycloneEnv) -> None:
+    """A job's one node carries its kind's name: retry(node) takes that name, and no other."""
+    failing["on"] = True
+    run = await flaky.enqueue(cyclone_env.client, 7)
+    async with cyclone_env.worker(steps=[flaky]):
+        assert await run.wait(timeout=30) is cyclone.RunState.FAILED
+        assert [n.name for n in (await run.info()).nodes] == ["retry.flaky"]
+        with pytest.raises(cyclone.UnknownKindError, match="no node 'other'"):
+            await run.retry("other")
+        assert await run.status() is cyclone.RunState.FAILED  # left as it was
+        failing["on"] = False
+        await run.retry("retry.flaky")
+        assert await run.result(timeout=30) == 7
