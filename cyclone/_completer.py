@@ -179,6 +179,10 @@ class Completer:
                             accepted, effects = await self._write(conn, items)
                     else:  # jobs only: one statement, its own transaction
                         accepted, effects = await self._write(conn, items)
+                    if attempt > 1:
+                        # The failed try may have committed before its reply was lost: then
+                        # this one found its tasks gone. Ask the record, not the tasks.
+                        await self._confirm(conn, items, accepted, effects)
                     # Committed: announce it now rather than after the pool's reset round trip.
                     self._publish(effects.payloads())
                 return accepted
@@ -190,6 +194,33 @@ class Completer:
                 )
                 await asyncio.sleep(0.1 * 2**attempt)
         raise AssertionError("unreachable")
+
+    async def _confirm(
+        self,
+        conn: db.Conn,
+        items: Sequence[tuple[Claimed, str]],
+        accepted: set[tuple[int, int]],
+        effects: Effects,
+    ) -> None:
+        """Count as accepted the attempts an earlier try completed; their jobs' runs ended.
+
+        (What a node's completion released was announced by nobody; polling finds it.)
+        """
+        unsure = [c for c, _ in items if c.key not in accepted]
+        if not unsure:
+            return
+        done = await db.attempts_completed(
+            conn,
+            self._q,
+            [c.run_id for c in unsure],
+            [c.node for c in unsure],
+            [c.attempt for c in unsure],
+        )
+        for c in unsure:
+            if (c.run_id, c.node) in done:
+                accepted.add(c.key)
+                if c.node is None:
+                    effects.ended.add(c.run_id)
 
     async def _write(
         self, conn: db.Conn, items: Sequence[tuple[Claimed, str]]

@@ -27,8 +27,9 @@ DATABASE_ERRORS = (
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,
 )
-# Of those, the failures after which a transaction is known not to have committed (the
-# connection went away or a deadlock aborted it), so that sending it again is safe.
+# Of those, the failures after which sending the statement again is safe: the connection
+# went away (the transaction may or may not have committed: every outcome write is fenced,
+# so a second try cannot apply twice) or a deadlock aborted it.
 RETRYABLE_ERRORS = (
     OSError,
     asyncpg.PostgresConnectionError,
@@ -200,6 +201,18 @@ async def node_finish_many(
 ) -> list[Record]:
     """Record completed workflow nodes whose attempts still own their tasks."""
     return await conn.fetch(q["node_finish_many"], run_ids, ids, claims, outputs)
+
+
+async def attempts_completed(
+    conn: Conn,
+    q: Queries,
+    run_ids: Sequence[uuid.UUID],
+    nodes: Sequence[str | None],
+    attempts: Sequence[int],
+) -> set[tuple[uuid.UUID, str | None]]:
+    """The (run, node) of those attempts that are recorded as completed."""
+    rows = await conn.fetch(q["attempts_completed"], run_ids, nodes, attempts)
+    return {(r["run_id"], r["node"]) for r in rows}
 
 
 async def wait_finish_many(

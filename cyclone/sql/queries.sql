@@ -214,6 +214,21 @@ FROM done d
 WHERE r.id = d.run_id AND r.state = 'pending'
 RETURNING d.id, d.claims, r.id AS run_id;
 
+-- name: attempts_completed
+-- Which of these attempts (run, node or NULL for a job, attempt number) are recorded as
+-- completed: after a completion write whose reply was lost, whether it committed. A job's
+-- run, or a node's step, keeps the number of the attempt that completed it; a later claim
+-- always has a higher number, so a match is this attempt's own commit.
+SELECT a.run_id, a.node
+FROM unnest($1::uuid[], $2::text[], $3::int[]) AS a (run_id, node, attempt)
+WHERE (a.node IS NULL AND EXISTS (
+          SELECT 1 FROM __schema__.cyclone_runs r
+          WHERE r.id = a.run_id AND r.job AND r.state = 'completed' AND r.attempts = a.attempt))
+   OR (a.node IS NOT NULL AND EXISTS (
+          SELECT 1 FROM __schema__.cyclone_steps s
+          WHERE s.run_id = a.run_id AND s.node = a.node AND s.state = 'completed'
+            AND s.attempts = a.attempt));
+
 -- name: node_finish_many
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
 WITH fenced AS (

@@ -1,8 +1,12 @@
-"""Reclaim against completion, in both orders, with the interleaving forced by real locks."""
+"""Completion against reclaim (both orders, interleaving forced by real locks) and lost replies."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
 
 import cyclone
 from cyclone import _maintenance
@@ -16,7 +20,7 @@ async def job(ctx: cyclone.Context, n: int) -> int:
     return n
 
 
-async def claimed_with_expired_lease(env: CycloneEnv) -> tuple[cyclone.Run, Claimed]:
+async def claimed_with_expired_lease(env: CycloneEnv) -> tuple[cyclone.ResultRun[int], Claimed]:
     run = await job.enqueue(env.client, 1)
     async with env.pool.acquire() as conn:
         [row] = await db.task_claim(
@@ -89,3 +93,46 @@ async def test_reclaim_skips_a_task_being_completed(cyclone_env: CycloneEnv) -> 
     info = await run.info()
     assert (info.state, info.nodes[0].errors) == (cyclone.RunState.COMPLETED, [])
     assert await run.result() == 1
+
+
+async def test_completion_whose_reply_was_lost_counts_as_accepted(
+    cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The completion commits, then its connection fails before the reply: the retry finds
+    the task gone, and the record says the attempt completed it, so it is accepted."""
+    run, claimed = await claimed_with_expired_lease(cyclone_env)
+    await cyclone_env.pool.execute("UPDATE cyclone_tasks SET lease_until = now() + '1 hour'")
+    real = db.job_complete_many
+    writes: list[int] = []
+
+    async def reply_lost(*args: Any) -> list[asyncpg.Record]:
+        rows = await real(*args)  # committed: one statement, its own transaction
+        writes.append(len(rows))
+        if len(writes) == 1:
+            raise asyncpg.ConnectionDoesNotExistError("connection lost before the reply")
+        return rows
+
+    monkeypatch.setattr(db, "job_complete_many", reply_lost)
+    completer = Completer(cyclone_env.pool, cyclone_env.client.queries, cyclone_env.client._publish)
+    completer.start()
+    try:
+        assert await asyncio.wait_for(completer.complete(claimed, "1"), 30) is True
+    finally:
+        await completer.stop()
+    assert writes == [1, 0]  # the second try matched nothing: fenced, applied once
+    assert await run.result() == 1
+
+
+async def test_a_later_attempt_is_not_confirmed_as_this_one(cyclone_env: CycloneEnv) -> None:
+    """The record confirms only the attempt that completed the job or node."""
+    run, claimed = await claimed_with_expired_lease(cyclone_env)
+    q = cyclone_env.client.queries
+    async with cyclone_env.pool.acquire() as conn:
+        assert await db.attempts_completed(conn, q, [run.id], [None], [1]) == set()
+        [done] = await db.job_complete_many(
+            conn, q, [claimed.run_id], [claimed.id], [claimed.claims], ["1"]
+        )
+        assert done["run_id"] == run.id
+        assert await db.attempts_completed(conn, q, [run.id], [None], [1]) == {(run.id, None)}
+        assert await db.attempts_completed(conn, q, [run.id], [None], [2]) == set()
+        assert await db.attempts_completed(conn, q, [run.id], ["a"], [1]) == set()
