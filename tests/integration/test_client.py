@@ -115,7 +115,9 @@ async def test_list_runs_filters_and_pages(cyclone_env: CycloneEnv) -> None:
 
 async def test_running_state_is_reported(cyclone_env: CycloneEnv) -> None:
     run = await echo.enqueue(cyclone_env.client, 1)
-    await cyclone_env.pool.execute("UPDATE cyclone_tasks SET state = 'running', attempt = 1")
+    await cyclone_env.pool.execute(
+        "UPDATE cyclone_tasks SET state = 'running', attempt = 1, lease_until = now() + '1 h'"
+    )
     page = await cyclone_env.client.list_runs(cyclone.RunQuery(state=cyclone.RunState.RUNNING))
     assert [r.id for r in page.runs] == [run.id]
     assert await run.status() is cyclone.RunState.RUNNING

@@ -6,6 +6,7 @@ import json
 import uuid
 
 import cyclone
+from cyclone import _queries as db
 from cyclone.testing.plugin import CycloneEnv
 
 
@@ -84,3 +85,32 @@ async def test_listing_walks_the_primary_key(cyclone_env: CycloneEnv) -> None:
     plan = await explain(cyclone_env, "run_list", *args)
     assert "cyclone_runs_pkey" in plan
     assert "seq:cyclone_runs" not in plan
+
+
+async def test_outcome_writes_find_tasks_by_key_with_many_running(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """With thousands of tasks running that the statistics do not know of yet (claimed since
+    the last ANALYZE), completions, retries and heartbeats still look their tasks up by key:
+    reading every running task per batch would make each write cost O(running)."""
+    for _ in range(5):
+        await noop.enqueue_many(cyclone_env.client, list(range(2_000)))
+    await cyclone_env.pool.execute("ANALYZE")
+    q = cyclone_env.client.queries
+    async with cyclone_env.pool.acquire() as conn:
+        rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 5_000, 30.0, "w", [])
+    some = rows[:100]
+    run_ids, ids, claims = (
+        [r["run_id"] for r in some],
+        [r["id"] for r in some],
+        [r["claims"] for r in some],
+    )
+    for name, args in [
+        ("job_complete_many", (run_ids, ids, claims, ["null"] * 100)),
+        ("node_finish_many", (run_ids, ids, claims, ["null"] * 100)),
+        ("task_heartbeat", (run_ids, ids, claims, 30.0)),
+        ("task_retry_many", (run_ids, ids, claims, [0.0] * 100, [None] * 100, [False] * 100)),
+    ]:
+        plan = await explain(cyclone_env, name, *args)
+        assert "cyclone_tasks_pkey" in plan, (name, plan)
+        assert "idx_tasks_lease" not in plan, (name, plan)

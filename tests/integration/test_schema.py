@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncpg
+import pytest
+
+import cyclone
 from cyclone.testing.plugin import CycloneEnv
 
 TABLES = {"cyclone_runs", "cyclone_steps", "cyclone_edges", "cyclone_tasks", "cyclone_migrations"}
@@ -21,6 +25,11 @@ INDEXES = {
     "idx_tasks_sequence",
     "cyclone_migrations_pkey",
 }
+
+
+@cyclone.step("schema.noop")
+async def noop(ctx: cyclone.Context, n: int) -> None:
+    return None
 
 
 async def test_migrated_schema(cyclone_env: CycloneEnv) -> None:
@@ -53,3 +62,13 @@ async def test_migrated_schema(cyclone_env: CycloneEnv) -> None:
         "SELECT indexdef FROM pg_indexes WHERE indexname = 'cyclone_tasks_pkey'"
     )
     assert key.endswith("(run_id, id)")
+    # A task has a lease exactly while it runs; the lease index covers leased tasks.
+    lease = await cyclone_env.pool.fetchval(
+        "SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_tasks_lease'"
+    )
+    assert lease.endswith("WHERE (lease_until IS NOT NULL)")
+    await noop.enqueue(cyclone_env.client, 1)
+    with pytest.raises(asyncpg.CheckViolationError):
+        await cyclone_env.pool.execute("UPDATE cyclone_tasks SET state = 'running'")
+    with pytest.raises(asyncpg.CheckViolationError):
+        await cyclone_env.pool.execute("UPDATE cyclone_tasks SET lease_until = now()")
