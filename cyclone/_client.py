@@ -166,30 +166,47 @@ class Client:
     async def transaction(
         self, conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
     ) -> AsyncIterator[TrackedConnection]:
-        """Run a tracked transaction on ``conn``; its wakeups are published after commit."""
+        """Run a tracked transaction on ``conn``; its wakeups are published after commit.
+
+        Without a coalescing window they go out on ``conn`` itself, just committed and in
+        hand, so the publish needs no second connection from the pool.
+        """
         ttx, wakeups = track_wakeups(conn)
         async with ttx.transaction():
             yield ttx
-        await self.publish_wakeups(wakeups)
+        if self.notify_coalesce <= 0 and not conn.is_in_transaction():
+            await self._send(sorted(queue_payload(q) for q in wakeups.take()), conn)
+        else:  # a window, or an outer transaction of the caller's that is still open
+            await self.publish_wakeups(wakeups)
 
     async def publish_wakeups(self, wakeups: Wakeups) -> None:
         """Send one NOTIFY per distinct queue in ``wakeups`` and clear it.
 
         Call it after the commit. Without a coalescing window it returns once the NOTIFY is
-        sent; with one, the NOTIFY goes out when the window closes. It never raises: a failed
-        publish is logged, and polling picks the work up within one poll interval.
+        sent, unless every connection of the pool is in use: then the caller may be holding
+        one of them, so the NOTIFY goes out in the background as soon as one is free. With a
+        window, the NOTIFY goes out when the window closes. It never raises: a failed publish
+        is logged, and polling picks the work up within one poll interval.
         """
         queues = wakeups.take()
         if not queues:
             return
-        if self.notify_coalesce <= 0 and (self._flush_task is None or self._flush_task.done()):
+        payloads = [queue_payload(q) for q in queues]
+        if self.notify_coalesce > 0 or not self._pool_has_room():
+            self._publish(payloads)
+            return
+        if self._flush_task is None or self._flush_task.done():
             # Nothing in flight: send it from here, without a task hop.
-            self._pending.update(queue_payload(q) for q in queues)
+            self._pending.update(payloads)
             await self._flush()
             return
-        self._publish(queue_payload(q) for q in queues)
-        if self.notify_coalesce <= 0 and self._flush_task is not None:
-            await asyncio.shield(self._flush_task)
+        self._publish(payloads)
+        await asyncio.shield(self._flush_task)
+
+    def _pool_has_room(self) -> bool:
+        """Whether a connection can be had without waiting for a holder to give one back."""
+        pool = self.pool
+        return pool.get_idle_size() > 0 or pool.get_size() < pool.get_max_size()
 
     def _publish(self, payloads: Iterable[str]) -> None:
         """Send ``payloads`` soon, without waiting: at most one NOTIFY statement is in flight,
@@ -209,8 +226,20 @@ class Client:
 
     async def _flush(self) -> None:
         payloads, self._pending = sorted(self._pending), set()
+        await self._send(payloads)
+
+    async def _send(self, payloads: list[str], conn: db.Conn | None = None) -> None:
+        """One NOTIFY statement for ``payloads``, on ``conn`` or on a pooled connection.
+
+        A failure is logged, never raised: polling picks the work up.
+        """
+        if not payloads:
+            return
         try:
-            async with self._acquire() as conn:
+            if conn is None:
+                async with self._acquire() as pooled:
+                    await db.wakeup_notify(pooled, self.queries, self.channel, payloads)
+            else:
                 await db.wakeup_notify(conn, self.queries, self.channel, payloads)
         except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
             logger.warning(

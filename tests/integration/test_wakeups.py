@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 
@@ -211,3 +212,54 @@ async def test_failed_publish_is_logged_not_raised(
     with caplog.at_level(logging.WARNING, logger="cyclone"):
         await client.publish_wakeups(wakeups)  # must not raise
     assert "publishing 1 wakeups failed" in caplog.text
+
+
+@pytest.mark.parametrize("shortcut", [False, True], ids=["publish_wakeups", "transaction"])
+async def test_publishing_while_every_connection_is_held(
+    cyclone_env: CycloneEnv, listener: Listener, shortcut: bool
+) -> None:
+    """Request handlers that each hold a pooled connection and publish before giving it back
+    (as the docs show) must not wait for a connection none of them will release."""
+    pool = await asyncpg.create_pool(cyclone_env.dsn, min_size=2, max_size=2)
+    client = cyclone.Client(pool)
+    all_holding = asyncio.Barrier(2)
+
+    async def handler(n: int) -> None:
+        async with pool.acquire() as conn:
+            await all_holding.wait()  # both of the pool's connections are held now
+            if shortcut:
+                async with client.transaction(conn) as tx:
+                    await mail.enqueue_tx(client, tx, n)
+            else:
+                ttx, wakeups = cyclone.track_wakeups(conn)
+                async with ttx.transaction():
+                    await sms.enqueue_tx(client, ttx, n)
+                await client.publish_wakeups(wakeups)
+
+    try:
+        async with asyncio.timeout(30):
+            await asyncio.gather(handler(1), handler(2))
+        await client.aclose()  # what waited for a connection goes out now
+    finally:
+        await pool.close()
+    await listener.settle()
+    # Each shortcut publishes on its own connection; publish_wakeups may merge the two.
+    assert set(listener.counts()) == ({"q:mail"} if shortcut else {"q:sms"})
+
+
+async def test_shortcut_inside_an_outer_transaction_publishes_outside_it(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    """``client.transaction(conn)`` nested in the caller's own transaction is a savepoint:
+    its NOTIFY must not join the caller's still-open transaction (a NOTIFY there would be
+    rolled back with it, and could make its commit fail), so it goes out on another
+    connection, at worst as a needless early poll."""
+    client = cyclone_env.client
+    async with cyclone_env.pool.acquire() as conn:
+        outer = conn.transaction()
+        await outer.start()
+        async with client.transaction(conn) as tx:
+            await mail.enqueue_tx(client, tx, 1)
+        await outer.rollback()
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1}
