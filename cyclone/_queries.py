@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 
@@ -243,9 +243,10 @@ async def task_retry_many(
     return await conn.fetch(q["task_retry_many"], run_ids, ids, claims, delays, errors, refunds)
 
 
-async def job_fail(
+async def last_attempt_fail(
     conn: Conn,
     q: Queries,
+    statement: Literal["job_fail", "node_fail"],
     run_id: uuid.UUID,
     task_id: int,
     claims: int,
@@ -253,23 +254,9 @@ async def job_fail(
     *,
     expired_only: bool,
 ) -> bool:
-    """Fail a job on its last attempt; whether the run failed by this call."""
-    row = await conn.fetchval(q["job_fail"], run_id, task_id, claims, error, expired_only)
-    return row is not None
-
-
-async def node_fail(
-    conn: Conn,
-    q: Queries,
-    run_id: uuid.UUID,
-    task_id: int,
-    claims: int,
-    error: str,
-    *,
-    expired_only: bool,
-) -> bool:
-    """Fail a workflow node on its last attempt; whether the attempt still owned it."""
-    row = await conn.fetchval(q["node_fail"], run_id, task_id, claims, error, expired_only)
+    """Fail a last attempt: of a job (whether its run failed by this call) or of a workflow
+    node (whether the attempt still owned its task)."""
+    row = await conn.fetchval(q[statement], run_id, task_id, claims, error, expired_only)
     return row is not None
 
 
