@@ -73,6 +73,7 @@ class Retention:
 
 _WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notifications do
 _PURGE_BATCH = 1000
+_MIGRATE_TRIES = 5
 
 
 class Client:
@@ -154,8 +155,18 @@ class Client:
 
         Returns the migration versions this call applied (empty when up to date).
         """
-        async with self._acquire() as conn, conn.transaction():
-            applied = await db.migrations_apply(conn, self.queries)
+        for attempt in range(1, _MIGRATE_TRIES + 1):
+            try:
+                async with self._acquire() as conn, conn.transaction():
+                    applied = await db.migrations_apply(conn, self.queries)
+                break
+            except asyncpg.DeadlockDetectedError:
+                # A migration that locks tables can meet running workers locking rows in
+                # another order; PostgreSQL aborts one side, and both sides try again.
+                if attempt == _MIGRATE_TRIES:
+                    raise
+                logger.warning("cyclone: migrating met a deadlock; trying again")
+                await asyncio.sleep(0.05 * attempt)
         if applied:
             logger.info("cyclone: applied migrations %s", applied, extra={"schema": self.schema})
         return applied

@@ -214,7 +214,8 @@ class Completer:
             self._q,
             [c.run_id for c in unsure],
             [c.node for c in unsure],
-            [c.attempt for c in unsure],
+            [c.id for c in unsure],
+            [c.claims for c in unsure],
         )
         for c in unsure:
             if (c.run_id, c.node) in done:

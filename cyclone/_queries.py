@@ -208,10 +208,11 @@ async def attempts_completed(
     q: Queries,
     run_ids: Sequence[uuid.UUID],
     nodes: Sequence[str | None],
-    attempts: Sequence[int],
+    task_ids: Sequence[int],
+    claims: Sequence[int],
 ) -> set[tuple[uuid.UUID, str | None]]:
-    """The (run, node) of those attempts that are recorded as completed."""
-    rows = await conn.fetch(q["attempts_completed"], run_ids, nodes, attempts)
+    """The (run, node) of those attempts that completed their job or node."""
+    rows = await conn.fetch(q["attempts_completed"], run_ids, nodes, task_ids, claims)
     return {(r["run_id"], r["node"]) for r in rows}
 
 

@@ -80,6 +80,16 @@ async def count_rows(env: CycloneEnv, table: str) -> int:
     return int(await env.pool.fetchval(f"SELECT count(*) FROM public.{table}"))
 
 
+async def waiting_on_a_lock(env: CycloneEnv) -> None:
+    """Until some session of this database waits on a lock (observed, not slept on)."""
+    async with asyncio.timeout(30):
+        while not await env.pool.fetchval(  # noqa: ASYNC110 - another session's state
+            "SELECT count(*) > 0 FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ):
+            await asyncio.sleep(0.01)
+
+
 def fast_worker(client: cyclone.Client, **options: Any) -> cyclone.Worker:
     """A worker with short intervals, for tests (every interval can still be overridden)."""
     settings: dict[str, Any] = {

@@ -209,25 +209,24 @@ WITH fenced AS (
 )
 UPDATE __schema__.cyclone_runs r
 SET state = 'completed', output = d.output::jsonb, remaining = 0, attempts = d.attempt,
-    errors = d.errors, finished_at = now()
+    errors = d.errors, finished_at = now(), completed_task = d.id, completed_claims = d.claims
 FROM done d
 WHERE r.id = d.run_id AND r.state = 'pending'
 RETURNING d.id, d.claims, r.id AS run_id;
 
 -- name: attempts_completed
--- Which of these attempts (run, node or NULL for a job, attempt number) are recorded as
--- completed: after a completion write whose reply was lost, whether it committed. A job's
--- run, or a node's step, keeps the number of the attempt that completed it; a later claim
--- always has a higher number, so a match is this attempt's own commit.
+-- Which of these attempts (run, node or NULL for a job, task id, claim count) completed
+-- their job or node: after a completion write whose reply was lost, whether it committed.
+-- (task id, claims) names one attempt for good: ids are never reused, every claim counts up.
 SELECT a.run_id, a.node
-FROM unnest($1::uuid[], $2::text[], $3::int[]) AS a (run_id, node, attempt)
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[]) AS a (run_id, node, task, claims)
 WHERE (a.node IS NULL AND EXISTS (
           SELECT 1 FROM __schema__.cyclone_runs r
-          WHERE r.id = a.run_id AND r.job AND r.state = 'completed' AND r.attempts = a.attempt))
+          WHERE r.id = a.run_id AND r.completed_task = a.task AND r.completed_claims = a.claims))
    OR (a.node IS NOT NULL AND EXISTS (
           SELECT 1 FROM __schema__.cyclone_steps s
-          WHERE s.run_id = a.run_id AND s.node = a.node AND s.state = 'completed'
-            AND s.attempts = a.attempt));
+          WHERE s.run_id = a.run_id AND s.node = a.node
+            AND s.completed_task = a.task AND s.completed_claims = a.claims));
 
 -- name: node_finish_many
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
@@ -246,7 +245,7 @@ WITH fenced AS (
 )
 UPDATE __schema__.cyclone_steps s
 SET state = 'completed', output = d.output::jsonb, attempts = d.attempt, errors = d.errors,
-    finished_at = now()
+    finished_at = now(), completed_task = d.id, completed_claims = d.claims
 FROM done d
 WHERE s.run_id = d.run_id AND s.node = d.node
 RETURNING d.id, d.claims, s.run_id, s.node;

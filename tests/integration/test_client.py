@@ -11,7 +11,7 @@ import pytest
 import cyclone
 from cyclone._queries import DATABASE_ERRORS
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import fast_worker, recording_queries
+from tests.conftest import fast_worker, recording_queries, waiting_on_a_lock
 
 
 @cyclone.step("client.echo")
@@ -42,6 +42,29 @@ async def test_upgrading_keeps_live_work(cyclone_env: CycloneEnv) -> None:
     assert await client.migrate() == [3]
     async with fast_worker(client, steps=[echo]):
         assert [await r.result(timeout=30) for r in runs] == [1, 2, 3]
+
+
+async def test_upgrading_beside_a_live_workflow_transition(cyclone_env: CycloneEnv) -> None:
+    """A worker still running (a workflow transition: the run row, then its tasks) while
+    another process migrates: neither deadlocks; the migration waits its turn."""
+    client = cyclone.Client(cyclone_env.pool, schema="live")
+    latest = client.queries.migrations
+    client.queries.migrations = latest[:2]
+    await client.migrate()
+    run = await echo.enqueue(client, 1)
+    client.queries.migrations = latest
+    worker = await asyncpg.connect(cyclone_env.dsn)
+    try:
+        transition = worker.transaction()
+        await transition.start()
+        await worker.execute("SELECT id FROM live.cyclone_runs WHERE id = $1 FOR UPDATE", run.id)
+        migrating = asyncio.get_running_loop().create_task(client.migrate())
+        await waiting_on_a_lock(cyclone_env)  # the migration waits for the run's lock
+        await worker.execute("DELETE FROM live.cyclone_tasks WHERE run_id = $1", run.id)
+        await transition.commit()
+        assert await asyncio.wait_for(migrating, 30) == [3]
+    finally:
+        await worker.close()
 
 
 async def test_a_schema_of_its_own(cyclone_env: CycloneEnv) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import asyncpg
@@ -13,6 +14,7 @@ from cyclone import _maintenance
 from cyclone import _queries as db
 from cyclone._completer import Claimed, Completer
 from cyclone.testing.plugin import CycloneEnv
+from tests.conftest import waiting_on_a_lock
 
 
 @cyclone.step("race.job")
@@ -41,16 +43,6 @@ async def claimed_with_expired_lease(env: CycloneEnv) -> tuple[cyclone.ResultRun
         deps=None,
     )
     return run, claimed
-
-
-async def waiting_on_a_lock(env: CycloneEnv) -> None:
-    """Until some session of this database waits on a lock (observed, not slept on)."""
-    async with asyncio.timeout(30):
-        while not await env.pool.fetchval(  # noqa: ASYNC110 - another session's state
-            "SELECT count(*) > 0 FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        ):
-            await asyncio.sleep(0.01)
 
 
 async def test_completion_waiting_on_a_reclaim_is_rejected(cyclone_env: CycloneEnv) -> None:
@@ -123,16 +115,59 @@ async def test_completion_whose_reply_was_lost_counts_as_accepted(
     assert await run.result() == 1
 
 
-async def test_a_later_attempt_is_not_confirmed_as_this_one(cyclone_env: CycloneEnv) -> None:
-    """The record confirms only the attempt that completed the job or node."""
+async def test_only_the_completing_attempt_is_confirmed(cyclone_env: CycloneEnv) -> None:
+    """The record names the attempt (task id, claim count) that completed a job or node."""
     run, claimed = await claimed_with_expired_lease(cyclone_env)
     q = cyclone_env.client.queries
+    task, claims = claimed.id, claimed.claims
+
+    async def confirmed(node: str | None, task: int, claims: int) -> bool:
+        return bool(await db.attempts_completed(conn, q, [run.id], [node], [task], [claims]))
+
     async with cyclone_env.pool.acquire() as conn:
-        assert await db.attempts_completed(conn, q, [run.id], [None], [1]) == set()
-        [done] = await db.job_complete_many(
-            conn, q, [claimed.run_id], [claimed.id], [claimed.claims], ["1"]
-        )
+        assert not await confirmed(None, task, claims)  # not completed yet
+        [done] = await db.job_complete_many(conn, q, [run.id], [task], [claims], ["1"])
         assert done["run_id"] == run.id
-        assert await db.attempts_completed(conn, q, [run.id], [None], [1]) == {(run.id, None)}
-        assert await db.attempts_completed(conn, q, [run.id], [None], [2]) == set()
-        assert await db.attempts_completed(conn, q, [run.id], ["a"], [1]) == set()
+        assert await confirmed(None, task, claims)
+        assert not await confirmed(None, task, claims + 1)  # another claim of the task
+        assert not await confirmed(None, task + 1, claims)  # another task
+        assert not await confirmed("a", task, claims)  # a node of that name: none
+
+
+async def test_a_stale_attempt_of_a_retried_job_is_not_confirmed(
+    cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retrying a failed job starts its attempts from 1 again, so an attempt number names no
+    attempt for good. A stale attempt 1 whose write failed once must stay rejected after the
+    retried job's own attempt 1 completed."""
+    client, q = cyclone_env.client, cyclone_env.client.queries
+    run, stale = await claimed_with_expired_lease(cyclone_env)
+    async with cyclone_env.pool.acquire() as conn, conn.transaction():
+        # Maintenance fails the job: its last attempt's lease expired.
+        assert await db.last_attempt_fail(
+            conn, q, "job_fail", stale.run_id, stale.id, stale.claims, "{}", expired_only=True
+        )
+    await run.retry_all()
+    async with cyclone_env.pool.acquire() as conn:
+        [row] = await db.task_claim(conn, q, "default", ["race.job"], 1, 30.0, "w2", [])
+    assert row["attempt"] == stale.attempt == 1
+    real = db.job_complete_many
+    tries: list[int] = []
+
+    async def first_try_fails(*args: Any) -> list[asyncpg.Record]:
+        tries.append(1)
+        if len(tries) == 2:  # the stale attempt's first try
+            raise asyncpg.ConnectionDoesNotExistError("connection lost")
+        return await real(*args)
+
+    monkeypatch.setattr(db, "job_complete_many", first_try_fails)
+    completer = Completer(cyclone_env.pool, q, client._publish)
+    completer.start()
+    try:
+        fresh = dataclasses.replace(stale, id=row["id"], claims=row["claims"])
+        assert await asyncio.wait_for(completer.complete(fresh, "2"), 30) is True
+        assert await asyncio.wait_for(completer.complete(stale, "1"), 30) is False
+    finally:
+        await completer.stop()
+    assert len(tries) == 3  # fresh; stale, lost; stale again, fenced out
+    assert await run.result() == 2
