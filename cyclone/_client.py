@@ -175,19 +175,30 @@ class Client:
 
     @contextlib.asynccontextmanager
     async def transaction(
-        self, conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
+        self, conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy | TrackedConnection
     ) -> AsyncIterator[TrackedConnection]:
         """Run a tracked transaction on ``conn``; its wakeups are published after commit.
 
         Without a coalescing window they go out on ``conn`` itself, just committed and in
-        hand, so the publish needs no second connection from the pool.
+        hand, so the publish needs no second connection from the pool. Given a tracked
+        connection whose transaction is open, the block is a savepoint whose wakeups join
+        that transaction's, for its owner to publish after the outer commit. Inside an
+        untracked transaction of the caller's, nothing tells when that one commits: the
+        wakeups go out through the pool when the block ends, before that commit, and the
+        work waits for the workers' next poll.
         """
-        ttx, wakeups = track_wakeups(conn)
+        if isinstance(conn, TrackedConnection):
+            ttx, wakeups = conn, conn.wakeups
+        else:
+            ttx, wakeups = track_wakeups(conn)
         async with ttx.transaction():
             yield ttx
-        if self.notify_coalesce <= 0 and not conn.is_in_transaction():
-            await self._send(sorted(queue_payload(q) for q in wakeups.take()), conn)
-        else:  # a window, or an outer transaction of the caller's that is still open
+        if ttx.is_in_transaction():
+            if ttx is not conn:  # an untracked outer transaction
+                await self.publish_wakeups(wakeups)
+        elif self.notify_coalesce <= 0:
+            await self._send(sorted(queue_payload(q) for q in wakeups.take()), ttx.connection)
+        else:
             await self.publish_wakeups(wakeups)
 
     async def publish_wakeups(self, wakeups: Wakeups) -> None:

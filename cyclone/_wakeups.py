@@ -71,6 +71,11 @@ class TrackedConnection:
         """The wrapped asyncpg connection."""
         return self._conn
 
+    @property
+    def wakeups(self) -> Wakeups:
+        """The :class:`Wakeups` that committed blocks on this connection fill."""
+        return self._wakeups
+
     def record(self, queue: str) -> None:
         """Record that ``queue`` gets claimable work when the transaction commits."""
         if self._frames:

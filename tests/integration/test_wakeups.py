@@ -247,13 +247,13 @@ async def test_publishing_while_every_connection_is_held(
     assert set(listener.counts()) == ({"q:mail"} if shortcut else {"q:sms"})
 
 
-async def test_shortcut_inside_an_outer_transaction_publishes_outside_it(
+async def test_shortcut_inside_an_untracked_transaction_publishes_outside_it(
     cyclone_env: CycloneEnv, listener: Listener
 ) -> None:
-    """``client.transaction(conn)`` nested in the caller's own transaction is a savepoint:
-    its NOTIFY must not join the caller's still-open transaction (a NOTIFY there would be
-    rolled back with it, and could make its commit fail), so it goes out on another
-    connection, at worst as a needless early poll."""
+    """``client.transaction(conn)`` nested in the caller's own untracked transaction is a
+    savepoint, and nothing tells it when the outer transaction commits. Its NOTIFY must
+    still not join that transaction (it could make the commit fail): it goes out through
+    the pool when the block ends. Rolling the outer transaction back shows it did."""
     client = cyclone_env.client
     async with cyclone_env.pool.acquire() as conn:
         outer = conn.transaction()
@@ -263,3 +263,29 @@ async def test_shortcut_inside_an_outer_transaction_publishes_outside_it(
         await outer.rollback()
     await listener.settle()
     assert listener.counts() == {"q:mail": 1}
+
+
+async def test_shortcut_inside_a_tracked_transaction_joins_its_wakeups(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    """Given a tracked connection with its transaction open, the shortcut is a savepoint
+    whose wakeups are published with the outer block's, after the outer commit."""
+    client = cyclone_env.client
+    async with cyclone_env.pool.acquire() as conn:
+        ttx, wakeups = cyclone.track_wakeups(conn)
+        async with ttx.transaction():
+            async with client.transaction(ttx) as tx:
+                await mail.enqueue_tx(client, tx, 1)
+            with pytest.raises(ZeroDivisionError):
+                async with client.transaction(ttx) as tx:
+                    await sms.enqueue_tx(client, tx, 1)
+                    _ = 1 / 0
+            await listener.settle()
+            assert listener.payloads == []  # nothing before the outer commit
+        assert list(wakeups) == ["mail"]  # the rolled-back savepoint's wakeup is gone
+        await client.publish_wakeups(wakeups)
+        # On a tracked connection with no transaction open, the block publishes on commit.
+        async with client.transaction(ttx) as tx:
+            await sms.enqueue_tx(client, tx, 2)
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1, "q:sms": 1}
