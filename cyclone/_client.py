@@ -7,10 +7,10 @@ import contextlib
 import datetime as dt
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -74,6 +74,7 @@ class Retention:
 _WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notifications do
 _PURGE_BATCH = 1000
 _MIGRATE_TRIES = 5
+_T = TypeVar("_T")
 
 
 class Client:
@@ -362,30 +363,49 @@ class Client:
         return RunState(state)
 
     async def _run_wait(self, run_id: uuid.UUID, timeout: float | None) -> RunState:
-        async with asyncio.timeout(timeout):
-            if not self.notify:
-                return await self._poll_until_ended(run_id, None)
-            self._notifier.acquire()
-            event = self._notifier.watch_run(run_id)
-            try:
-                return await self._poll_until_ended(run_id, event)
-            finally:
-                self._notifier.unwatch_run(run_id, event)
-                await asyncio.shield(self._notifier.release())
+        state, _ = await self._until_ended(run_id, timeout, self._read_state)
+        return state
 
-    async def _poll_until_ended(self, run_id: uuid.UUID, event: asyncio.Event | None) -> RunState:
-        delay = 0.05
-        while True:
-            state = await self._run_status(run_id)
-            if state.terminal:
-                return state
-            if event is None:
-                await asyncio.sleep(delay)
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), delay)
-                event.clear()
-            delay = min(delay * 2, _WAIT_POLL_MAX)
+    async def _read_state(self, run_id: uuid.UUID) -> tuple[RunState, None]:
+        return await self._run_status(run_id), None
+
+    async def _read_result(self, run_id: uuid.UUID) -> tuple[RunState, db.Record]:
+        async with self._acquire() as conn:
+            row = await db.run_result(conn, self.queries, run_id)
+        if row is None:
+            raise RunNotFoundError(run_id)
+        return RunState(row["state"]), row
+
+    async def _until_ended(
+        self,
+        run_id: uuid.UUID,
+        timeout: float | None,
+        read: Callable[[uuid.UUID], Awaitable[tuple[RunState, _T]]],
+    ) -> tuple[RunState, _T]:
+        """``read`` the run until its state is terminal; woken by the run's end notification,
+        polled with a growing delay (at most ``_WAIT_POLL_MAX``) as the floor."""
+        async with asyncio.timeout(timeout):
+            event = None
+            if self.notify:
+                self._notifier.acquire()
+                event = self._notifier.watch_run(run_id)
+            try:
+                delay = 0.05
+                while True:
+                    state, found = await read(run_id)
+                    if state.terminal:
+                        return state, found
+                    if event is None:
+                        await asyncio.sleep(delay)
+                    else:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(event.wait(), delay)
+                        event.clear()
+                    delay = min(delay * 2, _WAIT_POLL_MAX)
+            finally:
+                if event is not None:
+                    self._notifier.unwatch_run(run_id, event)
+                    await asyncio.shield(self._notifier.release())
 
     async def _run_info(self, run_id: uuid.UUID) -> RunInfo:
         async with self._acquire() as conn:
@@ -422,11 +442,8 @@ class Client:
         self._publish(effects.payloads())
 
     async def _run_result(self, run_id: uuid.UUID, output_type: Any, timeout: float | None) -> Any:
-        await self._run_wait(run_id, timeout)
-        async with self._acquire() as conn:
-            row = await db.run_result(conn, self.queries, run_id)
-        if row is None:
-            raise RunNotFoundError(run_id)
+        # The read that sees the run ended is the one that returns its output.
+        _, row = await self._until_ended(run_id, timeout, self._read_result)
         if row["state"] == "failed":
             raise RunFailedError(run_id, _codec.decode(row["error"], Any) if row["error"] else None)
         if row["state"] == "cancelled":
