@@ -104,6 +104,8 @@ class Worker:
                 self._add_step(s)
         if not self._steps:
             raise InvalidInputError("a worker needs at least one step or workflow")
+        # Each node's output type, per workflow: built once here, read by every handler run.
+        self._output_types = {name: wf.output_types() for name, wf in self._workflows.items()}
         if queues is None:
             queues = {s.queue: DEFAULT_CONCURRENCY for s in self._steps.values()}
         self._queues = {
@@ -129,7 +131,8 @@ class Worker:
         self._idle = asyncio.Event()
         self._idle.set()
         self._completer = Completer(client.pool, client.queries, client._publish)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._producers: list[asyncio.Task[None]] = []
+        self._housekeeping: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._started = False
@@ -159,10 +162,14 @@ class Worker:
             notifier = self.client._notifier
             self._unsubscribe = notifier.subscribe_queues(self._on_wakeup)
             notifier.acquire()
-        for queue in self._queues.values():
-            self._tasks.append(loop.create_task(self._produce(queue), name=f"cyclone-{queue.name}"))
-        self._tasks.append(loop.create_task(self._heartbeat(), name="cyclone-heartbeat"))
-        self._tasks.append(loop.create_task(self._maintain(), name="cyclone-maintenance"))
+        self._producers = [
+            loop.create_task(self._produce(queue), name=f"cyclone-{queue.name}")
+            for queue in self._queues.values()
+        ]
+        self._housekeeping = [
+            loop.create_task(self._heartbeat(), name="cyclone-heartbeat"),
+            loop.create_task(self._maintain(), name="cyclone-maintenance"),
+        ]
         logger.info(
             "cyclone: worker %s started",
             self.id,
@@ -176,8 +183,7 @@ class Worker:
         self._stopping.set()
         for queue in self._queues.values():
             queue.wake.set()
-        producers = self._tasks[: len(self._queues)]
-        await asyncio.gather(*producers, return_exceptions=True)
+        await asyncio.gather(*self._producers, return_exceptions=True)
         handlers = [r.task for r in self._running.values()]
         if handlers:
             # Until every handler is done, the deadline passes, or hurry() is called.
@@ -191,9 +197,9 @@ class Worker:
             hurried.cancel()
             self.hurry()  # cancels the handlers still running; they give their tasks back
             await finished
-        for task in self._tasks[len(self._queues) :]:
+        for task in self._housekeeping:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self._completer.stop()
         if self._unsubscribe is not None:
             self._unsubscribe()
@@ -400,7 +406,7 @@ class Worker:
         except Exception as exc:
             await completion.rollback()
             timeout = isinstance(exc, TimeoutError) and step.timeout is not None
-            return await self._failed(claimed, exc, kind="Timeout" if timeout else None)
+            return await self._failed(claimed, exc, log, kind="Timeout" if timeout else None)
         if completion.opened:
             accepted = await self._completer.complete_in(completion, claimed, output)
         else:
@@ -428,6 +434,7 @@ class Worker:
             outputs = _codec.decode(claimed.deps, dict[str, msgspec.Raw])
         workflow = self._workflows.get(claimed.run_name) if claimed.node is not None else None
         node = workflow.get_node(claimed.node) if workflow and claimed.node else None
+        output_types = self._output_types[workflow.name] if workflow else None
         ctx = Context(
             client=self.client,
             run_id=claimed.run_id,
@@ -437,22 +444,23 @@ class Worker:
             max_attempts=claimed.max_attempts,
             queue=claimed.queue,
             outputs=outputs,
-            output_types=workflow.output_types() if workflow else None,
+            output_types=output_types,
             completion=completion,
         )
         if node is not None and node.input_fn is not None:
-            assert workflow is not None
+            assert workflow is not None and output_types is not None
             wf_input = _codec.decode(claimed.input, workflow.input_type)
             decoded = {
-                name: _codec.decode(bytes(raw), workflow.output_types().get(name, Any))
+                name: _codec.decode(bytes(raw), output_types.get(name, Any))
                 for name, raw in outputs.items()
             }
             return ctx, node.input_fn(wf_input, decoded)
         return ctx, _codec.decode(claimed.input, step.input_type)
 
-    async def _failed(self, claimed: Claimed, exc: BaseException, *, kind: str | None) -> str:
+    async def _failed(
+        self, claimed: Claimed, exc: BaseException, log: dict[str, Any], *, kind: str | None
+    ) -> str:
         error = error_record(claimed, exc, kind=kind)
-        log = claimed.log_fields()
         if claimed.attempt < claimed.max_attempts:
             delay = self.backoff(claimed.attempt)
             logger.warning(
