@@ -86,35 +86,11 @@ async def job_insert_many(
 
     A unique key goes with exactly one job.
     """
+    rest = (kind, queue, priority, process_at, max_attempts, sequence, deadline, trace)
     if unique is None:
-        await conn.execute(
-            q["job_insert_many"],
-            ids,
-            inputs,
-            kind,
-            queue,
-            priority,
-            process_at,
-            max_attempts,
-            sequence,
-            deadline,
-            trace,
-        )
+        await conn.execute(q["job_insert_many"], ids, inputs, *rest)
         return len(ids)
-    count: int = await conn.fetchval(
-        q["job_insert_unique"],
-        ids[0],
-        inputs[0],
-        kind,
-        queue,
-        priority,
-        process_at,
-        max_attempts,
-        sequence,
-        unique,
-        deadline,
-        trace,
-    )
+    count: int = await conn.fetchval(q["job_insert_unique"], ids[0], inputs[0], *rest, unique)
     return count
 
 

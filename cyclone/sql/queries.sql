@@ -50,13 +50,14 @@ FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
 ORDER BY i.ord;
 
 -- name: job_insert_unique
--- One standalone job with a unique key. A key held by an active run inserts nothing:
--- ON CONFLICT keeps the caller's transaction usable where an error would abort it.
+-- One standalone job with a unique key ($11; the rest as job_insert_many, for one job). A
+-- key held by an active run inserts nothing: ON CONFLICT keeps the caller's transaction
+-- usable where an error would abort it.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
          deadline, trace)
-    VALUES ($1, $3, true, $2::jsonb, $4, $9, 1, 1, $5, $7, $10, $11::jsonb)
+    VALUES ($1, $3, true, $2::jsonb, $4, $11, 1, 1, $5, $7, $9, $10::jsonb)
     ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
     DO NOTHING
     RETURNING r.id
