@@ -323,9 +323,15 @@ class Client:
         return await self._purge([(s, age) for s in wanted], _PURGE_BATCH, batches=None)
 
     async def _purge(
-        self, ages: list[tuple[RunState, dt.timedelta]], batch: int, *, batches: int | None
+        self,
+        ages: list[tuple[RunState, dt.timedelta]],
+        batch: int,
+        *,
+        batches: int | None,
+        on_batch: Callable[[int], None] | None = None,
     ) -> int:
-        """Purge in batches of ``batch``, each its own transaction; stop after ``batches``."""
+        """Purge in batches of ``batch``, each its own transaction; stop after ``batches``
+        per state. The cutoff is fixed at the start, so a busy system cannot keep it going."""
         now = dt.datetime.now(dt.UTC)
         total = 0
         for state, age in ages:
@@ -335,6 +341,8 @@ class Client:
                     count = await db.run_purge(conn, self.queries, now - age, [state.value], batch)
                 total += count
                 done += 1
+                if on_batch is not None:
+                    on_batch(count)
                 if count < batch:
                     break
         return total

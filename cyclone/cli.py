@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 try:
     import click
+    from click.core import ParameterSource
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Column, Table
@@ -37,7 +38,8 @@ from cyclone._errors import CycloneError
 from cyclone._kinds import Step
 from cyclone._queries import DATABASE_ERRORS
 from cyclone._run import RunInfo, RunQuery, RunState
-from cyclone._worker import Worker
+from cyclone._sql import validate_identifier
+from cyclone._worker import DEFAULT_CONCURRENCY, Worker
 from cyclone._workflow import Workflow
 
 T = TypeVar("T")
@@ -70,12 +72,20 @@ def parse_duration(text: str) -> dt.timedelta:
     return dt.timedelta(seconds=float(match[1]) * _UNITS[match[2]])
 
 
-async def _with_client(ctx: click.Context, use: Callable[[Client], Awaitable[T]]) -> T:
+async def _with_client(
+    ctx: click.Context, use: Callable[[Client], Awaitable[T]], *, connections: int = 4
+) -> T:
     dsn, schema = ctx.obj["dsn"], ctx.obj["schema"]
     if not dsn:
         raise Failure("no database: pass --dsn or set CYCLONE_DATABASE_URL")
     try:
-        pool = await asyncio.wait_for(asyncpg.create_pool(dsn, min_size=1, max_size=4), 15)
+        validate_identifier(schema, what="--schema")
+    except ValueError as exc:
+        raise Failure(str(exc)) from None
+    try:
+        pool = await asyncio.wait_for(
+            asyncpg.create_pool(dsn, min_size=1, max_size=connections), 15
+        )
     except (TimeoutError, *DATABASE_ERRORS, ValueError) as exc:
         raise Failure(f"cannot connect to the database: {exc}") from None
     try:
@@ -166,6 +176,11 @@ def _queues(text: str | None) -> dict[str, int] | None:
 @click.option("--queues", help="Queues and their concurrency: orders=16,default=4.")
 @click.option("--poll-interval", type=float, default=1.0, show_default=True)
 @click.option("--shutdown-timeout", type=float, default=30.0, show_default=True)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(2),
+    help="Pool size (default: the queue limits' sum, one per queue, and 4 more).",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -173,26 +188,46 @@ def worker(
     queues: str | None,
     poll_interval: float,
     shutdown_timeout: float,
+    max_connections: int | None,
 ) -> None:
     """Run a worker for TARGET (MODULE:OBJECT) until SIGINT or SIGTERM.
 
     OBJECT is a step, a workflow, a list of them, or a function that takes the client and
-    returns a Worker. A first signal stops gracefully; a second stops at once.
+    returns a Worker (configured there: --queues, --poll-interval and --shutdown-timeout do
+    not apply to it). A first signal stops gracefully; a second stops at once.
     """
     obj = _load(target)
     limits = _queues(queues)
+    factory = callable(obj) and not isinstance(obj, Step | Workflow)
+    if factory:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in ("queues", "poll_interval", "shutdown_timeout")
+            if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT
+        ]
+        if given:
+            raise Failure(f"{target} makes its own Worker; {', '.join(given)} would be ignored")
+        items: list[Any] = []
+    else:
+        items = list(obj) if isinstance(obj, Iterable) else [obj]
+    if max_connections is None:
+        # A handler holding its completion transaction keeps a connection; the claims,
+        # heartbeat, completions and maintenance need theirs beside them.
+        if limits is None:
+            step_queues = {s.queue for s in _steps_of(items)}
+            limits = {q: DEFAULT_CONCURRENCY for q in step_queues} if step_queues else None
+        max_connections = sum(limits.values()) + len(limits) + 4 if limits else 32
 
     async def go(client: Client) -> None:
-        if callable(obj) and not isinstance(obj, Step | Workflow):
+        if factory:
             made = obj(client)
             if not isinstance(made, Worker):
                 raise Failure(f"{target} returned {type(made).__name__}, not a cyclone.Worker")
             w = made
         else:
-            items = obj if isinstance(obj, Iterable) else [obj]
-            w = Worker(
+            w = Worker(  # anything not a workflow is passed as a step, for the Worker to check
                 client,
-                steps=[i for i in items if isinstance(i, Step)],
+                steps=[i for i in items if not isinstance(i, Workflow)],
                 workflows=[i for i in items if isinstance(i, Workflow)],
                 queues=limits,
                 poll_interval=poll_interval,
@@ -215,7 +250,16 @@ def worker(
         click.echo("cyclone: stopping gracefully (again to stop now)", err=True)
         await w.stop()
 
-    _run(_with_client(ctx, go))
+    _run(_with_client(ctx, go, connections=max_connections))
+
+
+def _steps_of(items: list[Any]) -> list[Step[Any, Any]]:
+    """The steps among ``items`` and in its workflows."""
+    steps = [i for i in items if isinstance(i, Step)]
+    for wf in items:
+        if isinstance(wf, Workflow):
+            steps.extend(wf.steps())
+    return steps
 
 
 @main.group()
@@ -256,8 +300,14 @@ def _levels(info: RunInfo) -> list[list[str]]:
     for parent, child in info.edges:
         parents[child].append(parent)
     depth: dict[str, int] = {}
-    for node in info.nodes:  # definition order is a topological order
-        depth[node.name] = 1 + max((depth[p] for p in parents[node.name]), default=-1)
+
+    def level(name: str) -> int:  # nodes come by name, not in a topological order
+        if name not in depth:
+            depth[name] = 1 + max((level(p) for p in parents[name]), default=-1)
+        return depth[name]
+
+    for node in info.nodes:
+        level(node.name)
     levels: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
     for name, d in depth.items():
         levels[d].append(name)
@@ -348,12 +398,14 @@ def purge(ctx: click.Context, older_than: str, state: tuple[str, ...]) -> None:
         total = 0
         with Progress(console=Console(stderr=True), transient=True) as progress:
             task = progress.add_task("purging", total=None)
-            while True:
-                count = await client._purge([(s, age) for s in states], 1000, batches=1)
+
+            def purged(count: int) -> None:
+                nonlocal total
                 total += count
                 progress.update(task, advance=count, description=f"purged {total}")
-                if count == 0:
-                    return total
+
+            await client._purge([(s, age) for s in states], 1000, batches=None, on_batch=purged)
+        return total
 
     click.echo(f"purged {_run(_with_client(ctx, go))} runs")
 
@@ -396,14 +448,17 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @main.command("dev-db")
 def dev_db() -> None:
     """Start a throwaway PostgreSQL for local development and print its DSN."""
-    from cyclone.testing import describe, postgres_server
+    from cyclone.testing import PostgresUnavailableError, describe, postgres_server
 
-    with postgres_server(env_var="CYCLONE_DEV_DSN") as server:
-        click.echo(server.dsn)
-        click.echo(f"# {describe(server)}; Ctrl-C stops it and deletes its data", err=True)
-        stops = {signal.SIGINT, signal.SIGTERM}
-        signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # wait for them instead of dying
-        signal.sigwait(stops)
+    try:
+        with postgres_server(env_var="CYCLONE_DEV_DSN") as server:
+            click.echo(server.dsn)
+            click.echo(f"# {describe(server)}; Ctrl-C stops it and deletes its data", err=True)
+            stops = {signal.SIGINT, signal.SIGTERM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # wait for them instead of dying
+            signal.sigwait(stops)
+    except PostgresUnavailableError as exc:
+        raise Failure(str(exc)) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -28,3 +28,12 @@ pipeline = cyclone.define("cli.pipeline", int)
 pipeline.node(echo, name="second", after=[pipeline.node(echo, name="first")])
 
 WORK = [echo, slow, fail, pipeline]
+
+# Node names that sort child first: `runs show` must not rely on the order nodes come in.
+backwards = cyclone.define("cli.backwards", int)
+backwards.node(echo, name="a_child", after=[backwards.node(echo, name="z_parent")])
+
+
+def make_worker(client: cyclone.Client) -> cyclone.Worker:
+    """A target that builds its own worker."""
+    return cyclone.Worker(client, steps=[echo])

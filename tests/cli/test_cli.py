@@ -15,7 +15,7 @@ import pytest
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.cli.app import echo, fail, pipeline, slow
+from tests.cli.app import backwards, echo, fail, pipeline, slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(Path(sys.executable).parent / "cyclone")
@@ -83,6 +83,10 @@ async def test_runs_ls_show_cancel_retry(cyclone_env: CycloneEnv) -> None:
     assert code == 0 and "first (available)" in out and "└─ second (pending)" in out
     code, out, _ = await cli("runs", "show", str(failing.id), dsn=cyclone_env.dsn)
     assert "RuntimeError: failing on purpose (7)" in out
+    upside_down = await backwards.submit(client, 1)  # nodes come back child first, by name
+    code, out, err = await cli("runs", "show", str(upside_down.id), dsn=cyclone_env.dsn)
+    assert code == 0, err
+    assert "z_parent (available)" in out and "└─ a_child (pending)" in out
 
     code, out, _ = await cli("runs", "cancel", str(jobs[0].id), dsn=cyclone_env.dsn)
     assert (code, out.strip()) == (0, f"cancelled {jobs[0].id}")
@@ -121,6 +125,11 @@ async def test_purge_and_stats(cyclone_env: CycloneEnv) -> None:
         (["runs", "retry", "00000000-0000-0000-0000-000000000000"], "not found"),
         (["worker", "tests.cli.app:NOTHING"], "has no 'NOTHING'"),
         (["worker", "no_such_module:WORK"], "cannot import"),
+        (["--schema", "Bad-Name", "runs", "ls"], "--schema must be a lower-case identifier"),
+        (
+            ["worker", "tests.cli.app:make_worker", "--queues", "cli=2"],
+            "makes its own Worker; --queues would be ignored",
+        ),
     ],
 )
 async def test_errors_are_one_line(cyclone_env: CycloneEnv, args: list[str], message: str) -> None:
