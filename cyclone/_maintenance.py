@@ -73,7 +73,7 @@ async def run_once(client: Client, *, worker_id: str, limit: int = 100) -> None:
                     await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
                 )
     client._publish(effects.payloads())
-    if client.observers.members:
+    if client.observers.want_queue_stats:
         client.observers.queue_stats(await client.stats())
     if client.retention is not None:
         purged = await client._purge(

@@ -87,12 +87,18 @@ class Observers(Observer):
     def queue_stats(self, stats: list[QueueStats]) -> None:
         self._each("queue_stats", stats)
 
+    @property
+    def want_queue_stats(self) -> bool:
+        """Whether a member takes queue stats (worth the query maintenance runs for them)."""
+        return any(type(m).queue_stats is not Observer.queue_stats for m in self.members)
+
     def trace_context(self) -> dict[str, str] | None:
-        if not self.members:
-            return None
         carrier: dict[str, str] = {}
         for member in self.members:
-            carrier.update(member.trace_context() or {})
+            try:
+                carrier.update(member.trace_context() or {})
+            except Exception:  # an observer must never break the work it observes
+                logger.exception("cyclone: observer %r failed in trace_context", member)
         return carrier or None
 
     def enqueue_span(  # type: ignore[override]
@@ -113,7 +119,10 @@ class Observers(Observer):
     def _nest(self, hook: str, *args: Any) -> Iterator[None]:
         with contextlib.ExitStack() as stack:
             for member in self.members:
-                stack.enter_context(getattr(member, hook)(*args))
+                try:
+                    stack.enter_context(getattr(member, hook)(*args))
+                except Exception:  # skip the span it could not open; the work goes on
+                    logger.exception("cyclone: observer %r failed in %s", member, hook)
             yield
 
 

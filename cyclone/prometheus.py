@@ -14,6 +14,8 @@ worker's maintenance pass.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from cyclone._observe import Observer
@@ -21,49 +23,47 @@ from cyclone._run import QueueStats
 
 __all__ = ["PrometheusMetrics"]
 
-_OUTCOMES = {"completed", "failed", "retried", "snoozed"}
+_OUTCOMES = ("completed", "failed", "retried", "snoozed")
+_M = TypeVar("_M", Counter, Gauge, Histogram)
 
 
 class PrometheusMetrics(Observer):
     """An observer that keeps Prometheus counters, histograms and a queue-depth gauge."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY, namespace: str = "cyclone") -> None:
-        def counter(name: str, doc: str, labels: list[str]) -> Counter:
-            return Counter(name, doc, labels, namespace=namespace, registry=registry)
+        def metric(kind: type[_M], name: str, doc: str, labels: list[str]) -> _M:
+            return kind(name, doc, labels, namespace=namespace, registry=registry)
 
-        self.enqueued_runs = counter(
-            "enqueued", "Runs written by enqueue and submit.", ["kind", "queue"]
+        self.enqueued_runs = metric(
+            Counter, "enqueued", "Runs written by enqueue and submit.", ["kind", "queue"]
         )
-        self.claimed_total = counter("claimed", "Tasks claimed by workers.", ["queue"])
+        self.claimed_total = metric(Counter, "claimed", "Tasks claimed by workers.", ["queue"])
         self.outcomes = {
-            outcome: counter(outcome, f"Attempts that ended {outcome}.", ["kind", "queue"])
-            for outcome in sorted(_OUTCOMES)
+            outcome: metric(Counter, outcome, f"Attempts that ended {outcome}.", ["kind", "queue"])
+            for outcome in _OUTCOMES
         }
-        self.interrupted = counter(
-            "interrupted", "Attempts cancelled, or whose completion was rejected.", ["reason"]
+        self.interrupted = metric(
+            Counter,
+            "interrupted",
+            "Attempts cancelled, or whose completion was rejected.",
+            ["reason"],
         )
-        self.reclaimed_total = counter("reclaimed", "Tasks reclaimed after their lease.", [])
-        self.claim_seconds = Histogram(
-            "claim_seconds",
-            "Time a claim statement took.",
-            ["queue"],
-            namespace=namespace,
-            registry=registry,
+        self.reclaimed_total = metric(
+            Counter, "reclaimed", "Tasks reclaimed after their lease.", []
         )
-        self.handler_seconds = Histogram(
+        self.claim_seconds = metric(
+            Histogram, "claim_seconds", "Time a claim statement took.", ["queue"]
+        )
+        self.handler_seconds = metric(
+            Histogram,
             "handler_seconds",
             "Time an attempt took, handler and outcome write.",
             ["kind", "queue"],
-            namespace=namespace,
-            registry=registry,
         )
-        self.queue_depth = Gauge(
-            "queue_depth",
-            "Live tasks per queue and state.",
-            ["queue", "state"],
-            namespace=namespace,
-            registry=registry,
+        self.queue_depth = metric(
+            Gauge, "queue_depth", "Live tasks per queue and state.", ["queue", "state"]
         )
+        self._queues_seen: set[str] = set()
 
     def enqueued(self, kind: str, queue: str, count: int) -> None:
         self.enqueued_runs.labels(kind=kind, queue=queue).inc(count)
@@ -84,6 +84,11 @@ class PrometheusMetrics(Observer):
         self.reclaimed_total.inc(count)
 
     def queue_stats(self, stats: list[QueueStats]) -> None:
-        for row in stats:
+        rows = {row.queue: row for row in stats}
+        # A queue left out of the snapshot has no live tasks: its gauges go to 0.
+        self._queues_seen.update(rows)
+        for queue in self._queues_seen:
+            row = rows.get(queue)
             for state in ("available", "scheduled", "running"):
-                self.queue_depth.labels(queue=row.queue, state=state).set(getattr(row, state))
+                depth = getattr(row, state) if row is not None else 0
+                self.queue_depth.labels(queue=queue, state=state).set(depth)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -27,6 +29,11 @@ async def work(ctx: cyclone.Context, mode: str) -> str:
     if mode == "broken":
         raise RuntimeError("always fails")
     return mode
+
+
+@cyclone.step("obs.parked", queue="obs_idle")
+async def parked(ctx: cyclone.Context, n: int) -> None:
+    return None
 
 
 async def test_prometheus_counts_a_workload(cyclone_env: CycloneEnv) -> None:
@@ -61,10 +68,24 @@ async def test_prometheus_counts_a_workload(cyclone_env: CycloneEnv) -> None:
     assert value("cyclone_handler_seconds_count", **kind) == 11
     assert value("cyclone_claim_seconds_count", queue="obs") >= 1
     assert value("cyclone_queue_depth", queue="obs", state="available") == 1
+    # A queue whose last task went without completing drops out of the stats: its gauge
+    # must go to 0, not keep its last value.
+    idle = await parked.enqueue(client, 1)
+    await cyclone_env.worker(steps=[work]).maintain_once()
+    assert value("cyclone_queue_depth", queue="obs_idle", state="available") == 1
+    await idle.cancel()
+    await cyclone_env.worker(steps=[work]).maintain_once()
+    assert value("cyclone_queue_depth", queue="obs_idle", state="available") == 0
 
 
 class Exploding(cyclone.Observer):
     def enqueued(self, kind: str, queue: str, count: int) -> None:
+        raise RuntimeError("observer bug")
+
+    def trace_context(self) -> dict[str, str] | None:
+        raise RuntimeError("observer bug")
+
+    def enqueue_span(self, name: str, attributes: Any) -> Any:
         raise RuntimeError("observer bug")
 
 
@@ -74,7 +95,8 @@ async def test_a_failing_observer_does_not_break_work(
     cyclone_env.client.observe(Exploding())
     run = await work.enqueue(cyclone_env.client, "ok")
     assert await run.status() is cyclone.RunState.PENDING
-    assert "observer" in caplog.text and "failed in enqueued" in caplog.text
+    for hook in ("enqueued", "trace_context", "enqueue_span"):
+        assert f"failed in {hook}" in caplog.text
     with pytest.raises(cyclone.InvalidInputError):
         cyclone_env.client.observe(object())  # type: ignore[arg-type]
 
@@ -102,3 +124,27 @@ async def test_handler_span_joins_the_enqueuing_trace(cyclone_env: CycloneEnv) -
     assert handler.parent is not None and handler.parent.span_id == enqueue.context.span_id
     assert handler.kind is trace.SpanKind.CONSUMER
     assert handler.attributes is not None and handler.attributes["cyclone.run_id"] == str(run.id)
+
+
+class Tracing(cyclone.Observer):
+    """Takes spans only, like OpenTelemetryTracing."""
+
+
+async def test_maintenance_reads_stats_only_for_an_observer_that_takes_them(
+    cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = cyclone_env.client
+    real, reads = client.stats, []
+
+    async def counted() -> list[cyclone.QueueStats]:
+        reads.append(1)
+        return await real()
+
+    monkeypatch.setattr(client, "stats", counted)
+    worker = cyclone_env.worker(steps=[work])
+    client.observe(Tracing())
+    await worker.maintain_once()
+    assert reads == []  # spans only: no stats query on every maintenance pass
+    client.observe(PrometheusMetrics(CollectorRegistry()))
+    await worker.maintain_once()
+    assert reads == [1]
