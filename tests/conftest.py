@@ -12,7 +12,7 @@ import asyncpg
 import pytest_asyncio
 
 import cyclone
-from cyclone.testing.plugin import CycloneEnv
+from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv
 
 
 class Listener:
@@ -80,26 +80,23 @@ async def count_rows(env: CycloneEnv, table: str) -> int:
     return int(await env.pool.fetchval(f"SELECT count(*) FROM public.{table}"))
 
 
-async def waiting_on_a_lock(env: CycloneEnv) -> None:
-    """Until some session of this database waits on a lock (observed, not slept on)."""
+async def waiting_on_a_lock(env: CycloneEnv, pid: int | None = None) -> None:
+    """Until backend ``pid`` (or any session of this database) waits on a lock (observed, not
+    slept on)."""
     async with asyncio.timeout(30):
         while not await env.pool.fetchval(  # noqa: ASYNC110 - another session's state
             "SELECT count(*) > 0 FROM pg_stat_activity"
             " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            " AND ($1::int IS NULL OR pid = $1)",
+            pid,
         ):
             await asyncio.sleep(0.01)
 
 
 def fast_worker(client: cyclone.Client, **options: Any) -> cyclone.Worker:
-    """A worker with short intervals, for tests (every interval can still be overridden)."""
-    settings: dict[str, Any] = {
-        "poll_interval": 0.1,
-        "lease": 5.0,
-        "maintenance_interval": 0.2,
-        "shutdown_timeout": 5.0,
-        "backoff": lambda attempt: 0.0,
-    }
-    settings.update(options)
+    """A worker with the test kit's short intervals and no retry backoff (any option can
+    still be overridden)."""
+    settings = {**TEST_WORKER_OPTIONS, "backoff": lambda attempt: 0.0, **options}
     return cyclone.Worker(client, **settings)
 
 

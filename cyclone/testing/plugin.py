@@ -19,6 +19,7 @@ workers each get their own template).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -91,42 +92,55 @@ class DatabaseFactory:
         self._prefix = f"cyclone_{tag}_{os.getpid()}"
         self.template = f"{self._prefix}_template"
 
-    async def _admin(self) -> asyncpg.Connection:
-        conn: asyncpg.Connection = await asyncpg.connect(self.server.dsn)
-        return conn
+    async def _admin(self, sql: str) -> None:
+        """Run one statement on the server's maintenance database."""
+        admin: asyncpg.Connection = await asyncpg.connect(self.server.dsn)
+        try:
+            await admin.execute(sql)
+        finally:
+            await admin.close()
 
     async def create_template(self) -> None:
         """Create the template database and migrate it (once per session)."""
-        admin = await self._admin()
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{self.template}"')
-            await admin.execute(f'CREATE DATABASE "{self.template}"')
-        finally:
-            await admin.close()
+        await self._admin(f'DROP DATABASE IF EXISTS "{self.template}"')
+        await self._admin(f'CREATE DATABASE "{self.template}"')
         pool = await asyncpg.create_pool(self.server.dsn_for(self.template), min_size=1, max_size=2)
         try:
             await Client(pool).migrate()
         finally:
             await pool.close()
 
+    async def drop_template(self) -> None:
+        """Drop the template database (at the end of the session)."""
+        await self._drop(self.template)
+
     async def create(self) -> str:
         """A fresh, migrated database; returns its DSN."""
         name = f"{self._prefix}_{next(_counter)}"
-        admin = await self._admin()
-        try:
-            await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
-        finally:
-            await admin.close()
+        await self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
         return self.server.dsn_for(name)
 
     async def drop(self, dsn: str) -> None:
         """Drop a database made by :meth:`create`, ending its leftover sessions."""
-        name = dsn.rsplit("/", 1)[1].split("?")[0]
-        admin = await self._admin()
+        await self._drop(dsn.rsplit("/", 1)[1].split("?")[0])
+
+    async def _drop(self, name: str) -> None:
+        await self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    @contextlib.asynccontextmanager
+    async def env(self) -> AsyncIterator[CycloneEnv]:
+        """A fresh database with a pool and a migrated client, dropped afterwards."""
+        dsn = await self.create()
         try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10)
+            client = Client(pool)
+            try:
+                yield CycloneEnv(dsn=dsn, pool=pool, client=client)
+            finally:
+                await client.aclose()
+                await pool.close()
         finally:
-            await admin.close()
+            await self.drop(dsn)
 
 
 @pytest.fixture(scope="session")
@@ -138,25 +152,19 @@ def cyclone_server(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
 
 
 @pytest.fixture(scope="session")
-def cyclone_databases(cyclone_server: PostgresServer) -> DatabaseFactory:
+def cyclone_databases(cyclone_server: PostgresServer) -> Iterator[DatabaseFactory]:
     """Creates isolated, migrated databases on the session's server."""
     factory = DatabaseFactory(cyclone_server)
     asyncio.run(factory.create_template())
-    return factory
+    yield factory
+    asyncio.run(factory.drop_template())  # a server of the user's keeps no leftovers
 
 
 @pytest_asyncio.fixture
 async def cyclone_env(cyclone_databases: DatabaseFactory) -> AsyncIterator[CycloneEnv]:
     """A fresh database with a pool and a migrated client, dropped after the test."""
-    dsn = await cyclone_databases.create()
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10)
-    client = Client(pool)
-    try:
-        yield CycloneEnv(dsn=dsn, pool=pool, client=client)
-    finally:
-        await client.aclose()
-        await pool.close()
-        await cyclone_databases.drop(dsn)
+    async with cyclone_databases.env() as env:
+        yield env
 
 
 @pytest_asyncio.fixture

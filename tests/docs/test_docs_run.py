@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import contextlib
 import inspect
 import re
 import sys
 import traceback
 import types
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
-import cyclone
 from cyclone.testing.plugin import CycloneEnv, DatabaseFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,20 +67,6 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
-@contextlib.asynccontextmanager
-async def fresh_env(databases: DatabaseFactory) -> AsyncIterator[CycloneEnv]:
-    """A database of its own for a test function shown on a page (as ``cyclone_env`` does)."""
-    dsn = await databases.create()
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10)
-    client = cyclone.Client(pool)
-    try:
-        yield CycloneEnv(dsn=dsn, pool=pool, client=client)
-    finally:
-        await client.aclose()
-        await pool.close()
-        await databases.drop(dsn)
-
-
 async def call_page_test(fn: Any, databases: DatabaseFactory) -> None:
     """Call a ``test_*`` function a page defines, giving it a fresh ``cyclone_env``."""
     params = list(inspect.signature(fn).parameters)
@@ -92,7 +74,7 @@ async def call_page_test(fn: Any, databases: DatabaseFactory) -> None:
     if not params:
         await fn()
         return
-    async with fresh_env(databases) as env:
+    async with databases.env() as env:
         await fn(env)
 
 

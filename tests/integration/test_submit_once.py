@@ -12,7 +12,7 @@ import pytest
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import count_rows, fast_worker
+from tests.conftest import count_rows, fast_worker, waiting_on_a_lock
 
 
 class Order(msgspec.Struct):
@@ -148,16 +148,6 @@ async def test_retention_sweeper_frees_keys(cyclone_env: CycloneEnv) -> None:
         cyclone.Retention(failed=dt.timedelta(-1))
 
 
-async def blocked_on_lock(env: CycloneEnv, pid: int) -> None:
-    """Wait until backend ``pid`` waits on a lock (observed, not slept on)."""
-    async with asyncio.timeout(30):
-        while await env.pool.fetchval(  # noqa: ASYNC110 - another session's state
-            "SELECT wait_event_type IS DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = $1",
-            pid,
-        ):
-            await asyncio.sleep(0.01)
-
-
 @pytest.mark.parametrize("first_commits", [True, False])
 async def test_second_transaction_waits_for_the_first(
     cyclone_env: CycloneEnv, first_commits: bool
@@ -174,7 +164,7 @@ async def test_second_transaction_waits_for_the_first(
                 return await checkout.submit_once_tx(client, second, "k", Order(1))
 
         waiting = asyncio.get_running_loop().create_task(other())
-        await blocked_on_lock(cyclone_env, second.get_server_pid())
+        await waiting_on_a_lock(cyclone_env, second.get_server_pid())
         assert not waiting.done()
         if first_commits:
             await tx1.commit()
