@@ -274,6 +274,11 @@ async def run_cancel(conn: Conn, q: Queries, run_id: uuid.UUID) -> bool:
     return bool(await conn.fetchval(q["run_cancel"], run_id))
 
 
+async def job_lock(conn: Conn, q: Queries, run_id: uuid.UUID) -> None:
+    """Lock a job's tasks, then its run, before deciding on its state."""
+    await conn.execute(q["job_lock"], run_id)
+
+
 async def job_end(conn: Conn, q: Queries, run_id: uuid.UUID, state: str, error: str | None) -> bool:
     """End a job as cancelled or failed; whether this call ended it."""
     return await conn.fetchval(q["job_end"], run_id, state, error) is not None

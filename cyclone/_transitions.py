@@ -84,10 +84,17 @@ async def is_job(conn: Conn, q: Queries, run_id: uuid.UUID) -> bool:
     return bool(row["job"])
 
 
+async def end_job(conn: Conn, q: Queries, run_id: uuid.UUID, state: str, error: str | None) -> bool:
+    """Cancel a job, or fail it past its deadline (in the caller's transaction); whether this
+    call ended it."""
+    await db.job_lock(conn, q, run_id)
+    return await db.job_end(conn, q, run_id, state, error)
+
+
 async def cancel(conn: Conn, q: Queries, run_id: uuid.UUID) -> tuple[bool, Effects]:
     """Cancel a run; whether this call cancelled it."""
     if await is_job(conn, q, run_id):
-        cancelled = await db.job_end(conn, q, run_id, "cancelled", None)
+        cancelled = await end_job(conn, q, run_id, "cancelled", None)
     else:
         await lock_run(conn, q, run_id)
         cancelled = await db.run_cancel(conn, q, run_id)
@@ -201,7 +208,7 @@ async def expire_wait(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, erro
 async def expire_deadline(conn: Conn, q: Queries, run_id: uuid.UUID, error: str) -> Effects:
     """Fail a run past its deadline; its running handlers stop at their next heartbeat."""
     if await is_job(conn, q, run_id):
-        failed = await db.job_end(conn, q, run_id, "failed", error)
+        failed = await end_job(conn, q, run_id, "failed", error)
         return Effects(ended={run_id} if failed else set())
     states = await db.run_lock_many(conn, q, [run_id])
     if states.get(run_id) != "pending":

@@ -9,6 +9,8 @@
 -- - a standalone job: its task row, then its run row. Each job transition is one statement
 --   in which the run row is touched only after, and because of, the task row; so the hot
 --   completion path needs no lock statement of its own.
+-- A job transition that decides on the run's state (cancel, deadline) first locks both in
+--   that order in a statement of its own (job_lock), as workflows do with run_lock_many.
 -- A job run and a workflow run are never the same run, so the two orders never meet.
 
 -- name: migrations_lock
@@ -491,6 +493,18 @@ WITH revived AS (
     WHERE NOT EXISTS (SELECT 1 FROM revived)
 )
 SELECT queue FROM r;
+
+-- name: job_lock
+-- Lock a job's task rows, then its run (the job order), in a statement of its own before
+-- one that decides on the run's state. A retry that re-opened the run and queued a new task
+-- meanwhile has committed once this returns, and the next statement's snapshot sees both;
+-- without it, job_end would cancel the re-opened run and miss the new task.
+WITH task AS (
+    SELECT id FROM __schema__.cyclone_tasks WHERE run_id = $1 ORDER BY id FOR UPDATE
+)
+SELECT r.state FROM __schema__.cyclone_runs r
+WHERE r.id = $1 AND (SELECT count(*) FROM task) >= 0
+FOR UPDATE OF r;
 
 -- name: job_end
 -- Cancel a pending or failed job, or ($2 = 'failed') fail a pending one past its deadline.

@@ -10,11 +10,11 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone import _maintenance
+from cyclone import _maintenance, _transitions
 from cyclone import _queries as db
 from cyclone._completer import Claimed, Completer
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import waiting_on_a_lock
+from tests.conftest import count_rows, waiting_on_a_lock
 
 
 @cyclone.step("race.job")
@@ -171,3 +171,33 @@ async def test_a_stale_attempt_of_a_retried_job_is_not_confirmed(
         await completer.stop()
     assert len(tries) == 3  # fresh; stale, lost; stale again, fenced out
     assert await run.result() == 2
+
+
+@cyclone.step("race.once", max_attempts=1)
+async def once(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+async def test_cancel_waiting_on_a_job_retry_leaves_no_task(cyclone_env: CycloneEnv) -> None:
+    """A retry re-opens a failed job and queues a new task; a cancel arrives while the retry's
+    transaction holds the run. The cancel must see the new task once it gets the run, or the
+    cancelled run keeps a claimable-looking task forever (and is never purged)."""
+    q = cyclone_env.client.queries
+    run = await once.enqueue(cyclone_env.client, 1)
+    async with cyclone_env.pool.acquire() as conn:
+        [row] = await db.task_claim(conn, q, "default", ["race.once"], 1, 30.0, "w", [])
+        async with conn.transaction():
+            assert await db.last_attempt_fail(
+                conn, q, "job_fail", run.id, row["id"], row["claims"], "{}", expired_only=False
+            )
+    async with cyclone_env.pool.acquire() as retrier:
+        tx = retrier.transaction()
+        await tx.start()
+        await _transitions.retry(retrier, q, run.id, None)  # re-opened, a new task queued
+        cancelling = asyncio.get_running_loop().create_task(run.cancel())
+        await waiting_on_a_lock(cyclone_env)  # the cancel waits for the retry's run lock
+        await tx.commit()
+        assert await asyncio.wait_for(cancelling, 30) is True
+    assert await run.status() is cyclone.RunState.CANCELLED
+    assert await count_rows(cyclone_env, "cyclone_tasks") == 0
+    assert await cyclone_env.client.purge_terminal_runs(0) == 1
