@@ -576,6 +576,7 @@ SELECT kind, signal IS NOT NULL AS signalled FROM __schema__.cyclone_steps
 WHERE run_id = $1 AND node = $2;
 
 -- name: run_status
+-- The state as reported: as run_list computes it, for one run.
 SELECT CASE
     WHEN r.state <> 'pending' THEN r.state
     WHEN r.remaining < r.nodes THEN 'running'
@@ -593,28 +594,27 @@ SELECT r.state, r.job, r.result_node, r.error::text AS error,
 FROM __schema__.cyclone_runs r WHERE r.id = $1;
 
 -- name: run_list
--- Newest first; keyset pagination on the time-ordered id. Every filter is optional.
+-- Newest first; keyset pagination on the time-ordered id. Every filter is optional; the
+-- state filter compares the state as reported (a pending run that started is running).
 SELECT r.id, r.name, r.job, r.key, r.created_at, r.finished_at, r.error::text AS error,
-    CASE
+    live.state
+FROM __schema__.cyclone_runs r
+CROSS JOIN LATERAL (
+    SELECT CASE
         WHEN r.state <> 'pending' THEN r.state
         WHEN r.remaining < r.nodes THEN 'running'
         WHEN EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t
                      WHERE t.run_id = r.id AND (t.state = 'running' OR t.attempt > 0))
             THEN 'running'
         ELSE 'pending' END AS state
-FROM __schema__.cyclone_runs r
+) live
 WHERE ($1::uuid IS NULL OR r.id = $1)
   AND ($2::text IS NULL OR r.name = $2)
   AND ($3::text IS NULL OR r.key = $3)
   AND ($4::timestamptz IS NULL OR r.created_at >= $4)
   AND ($5::timestamptz IS NULL OR r.created_at < $5)
   AND ($6::uuid IS NULL OR r.id < $6)
-  AND ($7::text[] IS NULL OR r.state = ANY ($7) OR (r.state = 'pending' AND (
-        CASE WHEN r.remaining < r.nodes THEN 'running'
-             WHEN EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t
-                          WHERE t.run_id = r.id AND (t.state = 'running' OR t.attempt > 0))
-                 THEN 'running'
-             ELSE 'pending' END) = ANY ($7)))
+  AND ($7::text[] IS NULL OR live.state = ANY ($7))
 ORDER BY r.id DESC
 LIMIT $8;
 

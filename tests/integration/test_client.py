@@ -144,6 +144,10 @@ async def test_running_state_is_reported(cyclone_env: CycloneEnv) -> None:
     page = await cyclone_env.client.list_runs(cyclone.RunQuery(state=cyclone.RunState.RUNNING))
     assert [r.id for r in page.runs] == [run.id]
     assert await run.status() is cyclone.RunState.RUNNING
+    # Listing pending runs filters on the same reported state: a running run is not pending.
+    waiting = await echo.enqueue(cyclone_env.client, 2)
+    page = await cyclone_env.client.list_runs(cyclone.RunQuery(state=cyclone.RunState.PENDING))
+    assert [r.id for r in page.runs] == [waiting.id]
 
 
 async def test_enqueue_many_is_one_statement(cyclone_env: CycloneEnv) -> None:
