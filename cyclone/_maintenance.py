@@ -34,7 +34,8 @@ async def run_once(client: Client, *, worker_id: str, limit: int = 100) -> None:
         if reclaimed:
             client.observers.reclaimed(len(reclaimed))
         for row in reclaimed:
-            effects.queues.add(row["queue"])
+            if row["queue"] is not None:  # None: parked, its run having failed
+                effects.queues.add(row["queue"])
             logger.warning(
                 "cyclone: reclaimed task %s after its lease expired", row["id"], extra=log
             )

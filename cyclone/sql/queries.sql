@@ -311,26 +311,42 @@ UNION ALL
 SELECT 'ended', state, id, NULL FROM counted WHERE state <> 'pending';
 
 -- name: task_retry_many
--- Attempts that failed with attempts left, or snoozed ($5: give the attempt back): the task
--- becomes available again after its delay, keeping the error of the attempt.
+-- Attempts that failed with attempts left, or snoozed ($6: give the attempt back): the task
+-- becomes available again after its delay, keeping the error of the attempt. If its run
+-- failed meanwhile (a failed workflow lets running nodes finish), the node is parked as
+-- run_fail parks unstarted ones: no available task is left in a run that starts nothing.
 WITH fenced AS (
-    SELECT t.run_id, t.id, c.delay, c.error, c.refund
+    SELECT t.run_id, t.id, c.delay, c.refund, r.state = 'pending' AS open,
+           CASE WHEN c.error IS NULL THEN t.errors ELSE t.errors || c.error::jsonb END AS errors
     FROM __schema__.cyclone_tasks t
     JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::bool[])
         AS c (run_id, id, claims, delay, error, refund)
       ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.state = 'running'
     ORDER BY t.id
     FOR UPDATE OF t
+), parked AS (
+    DELETE FROM __schema__.cyclone_tasks t USING fenced f
+    WHERE t.run_id = f.run_id AND t.id = f.id AND NOT f.open
+    RETURNING t.id, t.run_id, t.node, t.attempt - f.refund::int AS attempt, f.errors
+), park AS (
+    UPDATE __schema__.cyclone_steps s
+    SET state = 'pending', attempts = p.attempt, errors = p.errors
+    FROM parked p
+    WHERE s.run_id = p.run_id AND s.node = p.node
+), retried AS (
+    UPDATE __schema__.cyclone_tasks t
+    SET state = 'available', available_at = now() + make_interval(secs => f.delay),
+        lease_until = NULL, worker = NULL, attempt = t.attempt - f.refund::int,
+        errors = f.errors
+    FROM fenced f
+    WHERE t.run_id = f.run_id AND t.id = f.id AND f.open
+    RETURNING t.id, t.queue
 )
-UPDATE __schema__.cyclone_tasks t
-SET state = 'available', available_at = now() + make_interval(secs => f.delay),
-    lease_until = NULL, worker = NULL,
-    attempt = t.attempt - f.refund::int,
-    errors = CASE WHEN f.error IS NULL THEN t.errors ELSE t.errors || f.error::jsonb END
-FROM fenced f
-WHERE t.run_id = f.run_id AND t.id = f.id
-RETURNING t.id, t.queue;
+SELECT id, queue FROM retried
+UNION ALL
+SELECT id, NULL FROM parked;
 
 -- name: job_fail
 -- A job's last attempt failed (task row, then run). A sequenced job keeps its task row,
@@ -399,9 +415,11 @@ WITH r AS (
 ), dropped AS (
     DELETE FROM __schema__.cyclone_tasks t USING doomed d
     WHERE t.run_id = d.run_id AND t.id = d.id
-    RETURNING t.node
+    RETURNING t.node, t.attempt, t.errors
 )
-UPDATE __schema__.cyclone_steps s SET state = 'pending', wait_until = NULL
+UPDATE __schema__.cyclone_steps s SET state = 'pending', wait_until = NULL,
+    attempts = coalesce((SELECT d.attempt FROM dropped d WHERE d.node = s.node), s.attempts),
+    errors = coalesce((SELECT d.errors FROM dropped d WHERE d.node = s.node), s.errors)
 WHERE s.run_id IN (SELECT id FROM r)
   AND (s.node IN (SELECT node FROM dropped) OR s.state = 'waiting');
 
@@ -412,22 +430,40 @@ ORDER BY deadline LIMIT $1;
 
 -- name: task_reclaim
 -- Tasks whose lease expired (their worker died or stalled), attempts left: back to
--- available at once, the lost attempt recorded as an error.
+-- available at once, the lost attempt recorded as an error; parked instead if their run
+-- failed meanwhile, as in task_retry_many.
 WITH expired AS (
-    SELECT run_id, id FROM __schema__.cyclone_tasks
-    WHERE state = 'running' AND lease_until < now() AND attempt < max_attempts
-    ORDER BY id
+    SELECT t.run_id, t.id, r.state = 'pending' AS open,
+           t.errors || jsonb_build_object(
+               'attempt', t.attempt, 'type', 'LeaseExpired', 'at', now(),
+               'message', 'the lease expired: worker ' || coalesce(t.worker, '?')
+                          || ' stopped renewing it') AS errors
+    FROM __schema__.cyclone_tasks t
+    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
+    WHERE t.state = 'running' AND t.lease_until < now() AND t.attempt < t.max_attempts
+    ORDER BY t.id
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
+), parked AS (
+    DELETE FROM __schema__.cyclone_tasks t USING expired e
+    WHERE t.run_id = e.run_id AND t.id = e.id AND NOT e.open
+    RETURNING t.id, t.run_id, t.node, t.attempt, e.errors
+), park AS (
+    UPDATE __schema__.cyclone_steps s
+    SET state = 'pending', attempts = p.attempt, errors = p.errors
+    FROM parked p
+    WHERE s.run_id = p.run_id AND s.node = p.node
+), reclaimed AS (
+    UPDATE __schema__.cyclone_tasks t
+    SET state = 'available', available_at = now(), lease_until = NULL, worker = NULL,
+        errors = e.errors
+    FROM expired e
+    WHERE t.run_id = e.run_id AND t.id = e.id AND e.open
+    RETURNING t.id, t.queue
 )
-UPDATE __schema__.cyclone_tasks t
-SET state = 'available', available_at = now(), lease_until = NULL, worker = NULL,
-    errors = t.errors || jsonb_build_object(
-        'attempt', t.attempt, 'type', 'LeaseExpired', 'at', now(),
-        'message', 'the lease expired: worker ' || coalesce(t.worker, '?') || ' stopped renewing it')
-FROM expired e
-WHERE t.run_id = e.run_id AND t.id = e.id
-RETURNING t.id, t.queue;
+SELECT id, queue FROM reclaimed
+UNION ALL
+SELECT id, NULL FROM parked;
 
 -- name: task_expired_exhausted
 -- Tasks whose lease expired on their last attempt: the caller fails them as any last attempt.
@@ -554,13 +590,14 @@ WITH open_run AS (
         wait_until = CASE WHEN s.kind IS NULL
                           THEN now() + make_interval(secs => s.wait_timeout) END
     WHERE s.run_id IN (SELECT id FROM open_run) AND s.state = 'pending' AND s.pending_deps = 0
-    RETURNING s.run_id, s.node, s.kind, s.queue, s.priority, s.max_attempts, s.errors,
-              s.signal IS NOT NULL AS signalled
+    RETURNING s.run_id, s.node, s.kind, s.queue, s.priority, s.max_attempts, s.attempts,
+              s.errors, s.signal IS NOT NULL AS signalled
 ), queued AS (
-    -- A retried node's task carries its earlier errors, so the history survives.
+    -- A released node's task carries its attempts and errors so far (a parked node goes on
+    -- where it stopped; a failed one was reset to none), so the history survives.
     INSERT INTO __schema__.cyclone_tasks
-        (run_id, node, kind, queue, priority, max_attempts, errors)
-    SELECT run_id, node, kind, queue, priority, max_attempts, errors FROM released
+        (run_id, node, kind, queue, priority, max_attempts, attempt, errors)
+    SELECT run_id, node, kind, queue, priority, max_attempts, attempts, errors FROM released
     WHERE kind IS NOT NULL
 )
 SELECT kind IS NULL AS wait, queue, node, signalled FROM released;
@@ -644,15 +681,20 @@ WHERE r.id = $1 AND r.job;
 
 -- name: run_purge
 -- Delete up to $3 terminal runs in the states $2 that ended before $1, with their steps and
--- edges. SKIP LOCKED: a run being retried is left for later. A failed sequenced job that
--- still blocks its sequence (it kept a task row) stays until it is retried or cancelled.
+-- edges. SKIP LOCKED: a run being retried is left for later. A run whose node still runs
+-- (a failed workflow lets running nodes finish) stays, and so does a failed sequenced job
+-- that blocks its sequence until retried or cancelled. An available task of a failed run
+-- (a retry that raced run_fail: see task_retry_many) goes with the run.
 WITH doomed AS (
     SELECT id FROM __schema__.cyclone_runs r
     WHERE state = ANY ($2::text[]) AND state <> 'pending' AND finished_at < $1
-      AND NOT EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t WHERE t.run_id = r.id)
+      AND NOT EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t
+                      WHERE t.run_id = r.id AND t.state <> 'available')
     ORDER BY finished_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
+), tasks AS (
+    DELETE FROM __schema__.cyclone_tasks WHERE run_id IN (SELECT id FROM doomed)
 ), steps AS (
     DELETE FROM __schema__.cyclone_steps WHERE run_id IN (SELECT id FROM doomed)
 ), edges AS (

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
+import pytest
+
 import cyclone
+from cyclone import _queries as db
 from cyclone import _transitions
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import Probe, fast_worker
+from tests.conftest import Probe, count_rows, fast_worker
 
 probe = Probe()
 
@@ -122,3 +125,100 @@ async def test_cancelling_a_job_keeps_its_attempts(cyclone_env: CycloneEnv) -> N
     assert await run.cancel()
     node = (await run.info()).nodes[0]
     assert (node.state, node.attempts, node.errors) == ("cancelled", 2, [{"attempt": 1}])
+
+
+@cyclone.step("rr.quick", max_attempts=1)
+async def quick(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+@cyclone.step("rr.patient", max_attempts=3)
+async def patient(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+pair = cyclone.define("rr.pair", int)
+pair.node(quick)
+pair.node(patient)
+
+
+@pytest.mark.parametrize("how", ["retried", "reclaimed"])
+async def test_a_failed_runs_node_that_ends_an_attempt_is_parked(
+    cyclone_env: CycloneEnv, how: str
+) -> None:
+    """A node still running when its run failed ends an attempt with attempts left (its
+    handler failed, or its lease ran out). The run starts nothing more, so no available task
+    may stay behind: it would count as backlog forever and keep the run from being purged.
+    The node is parked, and a retry of the run goes on with its attempts."""
+    client, q = cyclone_env.client, cyclone_env.client.queries
+    run = await pair.submit(client, 1)
+    async with cyclone_env.pool.acquire() as conn:
+        rows = await db.task_claim(
+            conn, q, "default", ["rr.quick", "rr.patient"], 2, 30.0, "w", ["rr.pair"]
+        )
+        first = next(r for r in rows if r["kind"] == "rr.quick")
+        second = next(r for r in rows if r["kind"] == "rr.patient")
+        async with conn.transaction():
+            owned, _ = await _transitions.fail_node_or_job(
+                conn,
+                q,
+                task_id=first["id"],
+                claims=first["claims"],
+                run_id=run.id,
+                node="rr.quick",
+                error="{}",
+                expired_only=False,
+            )
+        assert owned
+        if how == "retried":
+            assert await db.task_retry_many(
+                conn, q, [run.id], [second["id"]], [second["claims"]], [0.0], ['{"n": 1}'], [False]
+            )
+        else:
+            await conn.execute("UPDATE cyclone_tasks SET lease_until = now() - interval '1 hour'")
+            assert len(await db.task_reclaim(conn, q, 10)) == 1
+    assert await run.status() is cyclone.RunState.FAILED
+    assert await count_rows(cyclone_env, "cyclone_tasks") == 0
+    assert [s for s in await client.stats() if s.available or s.oldest_seconds] == []
+    patient_node = next(n for n in (await run.info()).nodes if n.name == "rr.patient")
+    assert (patient_node.state, patient_node.attempts, len(patient_node.errors)) == (
+        "pending",
+        1,
+        1,
+    )
+    await run.retry_all()
+    async with cyclone_env.pool.acquire() as conn:
+        rows = await db.task_claim(conn, q, "default", ["rr.patient"], 1, 30.0, "w", ["rr.pair"])
+    assert [r["attempt"] for r in rows] == [2]  # it goes on where it stopped
+
+
+async def test_purge_waits_for_running_nodes_and_takes_parked_tasks(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """A failed run stays while a node of it still runs; an available task it kept (a retry
+    racing the run's failure can leave one) is deleted with it."""
+    client, q = cyclone_env.client, cyclone_env.client.queries
+    run = await pair.submit(client, 1)
+    async with cyclone_env.pool.acquire() as conn:
+        rows = await db.task_claim(
+            conn, q, "default", ["rr.quick", "rr.patient"], 2, 30.0, "w", ["rr.pair"]
+        )
+        first = next(r for r in rows if r["kind"] == "rr.quick")
+        async with conn.transaction():
+            await _transitions.fail_node_or_job(
+                conn,
+                q,
+                task_id=first["id"],
+                claims=first["claims"],
+                run_id=run.id,
+                node="rr.quick",
+                error="{}",
+                expired_only=False,
+            )
+    assert await client.purge_terminal_runs(0) == 0  # rr.patient still runs
+    await cyclone_env.pool.execute(
+        "UPDATE cyclone_tasks SET state = 'available', lease_until = NULL WHERE run_id = $1",
+        run.id,
+    )
+    assert await client.purge_terminal_runs(0) == 1
+    assert await count_rows(cyclone_env, "cyclone_tasks") == 0
