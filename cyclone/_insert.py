@@ -126,9 +126,9 @@ async def enqueue(
         trace = trace_text(client)
         if tx is None:
             async with client._acquire() as conn:
-                if opts.unique is None and opts.sequence is None:
+                if opts.sequence is None:  # each statement commits on its own
                     await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
-                else:
+                else:  # the sequence's lock lasts until the insert commits
                     async with conn.transaction():
                         await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
             if opts.claimable_now():

@@ -192,3 +192,28 @@ async def test_worker_and_client_survive_dropped_connections(cyclone_env: Cyclon
                     await asyncio.sleep(0.05)
         assert await second.result(timeout=60) == 2
         await asyncio.wait_for(client._notifier.connected.wait(), 60)  # it reconnected
+
+
+async def test_unique_enqueue_needs_no_transaction(cyclone_env: CycloneEnv) -> None:
+    """A unique= enqueue is one statement, or two when the key is held (the holder's id):
+    no BEGIN/COMMIT round trips. Only a sequence= enqueue needs a transaction."""
+    pool = await asyncpg.create_pool(cyclone_env.dsn, min_size=1, max_size=1)
+    sent: list[str] = []
+
+    def began() -> bool:
+        return any(q.strip().upper().startswith("BEGIN") for q in sent)
+
+    try:
+        client = cyclone.Client(pool)
+        async with pool.acquire() as conn:  # the pool's one connection
+            conn.add_query_logger(lambda record: sent.append(record.query))
+        first = await echo.enqueue(client, 1, unique="nightly")
+        with pytest.raises(cyclone.DuplicateError) as raised:
+            await echo.enqueue(client, 2, unique="nightly")
+        assert raised.value.run_id == first.id
+        assert not began()
+        await echo.enqueue(client, 3, sequence="s")
+        assert began()
+        await client.aclose()
+    finally:
+        await pool.close()
