@@ -26,54 +26,13 @@ _PURGE_BATCHES_PER_PASS = 10
 
 async def run_once(client: Client, *, worker_id: str, limit: int = 100) -> None:
     """One maintenance pass for ``client``'s schema."""
-    q = client.queries
     log = {"worker": worker_id}
     effects = _transitions.Effects()
-    async with client._acquire() as conn:
-        reclaimed = await db.task_reclaim(conn, q, limit)
-        if reclaimed:
-            client.observers.reclaimed(len(reclaimed))
-        for row in reclaimed:
-            if row["queue"] is not None:  # None: parked, its run having failed
-                effects.queues.add(row["queue"])
-            logger.warning(
-                "cyclone: reclaimed task %s after its lease expired", row["id"], extra=log
-            )
-        for row in await db.task_expired_exhausted(conn, q, limit):
-            error = _codec.encode_plain(
-                {
-                    "attempt": row["attempt"],
-                    "type": "LeaseExpired",
-                    "message": f"the lease expired: worker {row['worker']} stopped renewing it",
-                }
-            )
-            async with conn.transaction():
-                _, more = await _transitions.fail_node_or_job(
-                    conn,
-                    q,
-                    task_id=row["id"],
-                    claims=row["claims"],
-                    run_id=row["run_id"],
-                    node=row["node"],
-                    error=error,
-                    expired_only=True,  # read without a lock: the lease may be renewed
-                )
-            effects.merge(more)
-        for run_id in await db.run_deadline_due(conn, q, limit):
-            error = _codec.encode_plain(
-                {"type": "DeadlineExceeded", "message": "the run passed its deadline"}
-            )
-            async with conn.transaction():
-                effects.merge(await _transitions.expire_deadline(conn, q, run_id, error))
-        for row in await db.wait_expire_due(conn, q, limit):
-            error = _codec.encode_plain(
-                {"type": "WaitTimeout", "message": f"wait node {row['node']!r} timed out"}
-            )
-            async with conn.transaction():
-                effects.merge(
-                    await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
-                )
-    client._publish(effects.payloads())
+    try:
+        async with client._acquire() as conn:
+            await _expire(client, conn, effects, limit=limit, log=log)
+    finally:  # what committed is announced even if a later step of the pass failed
+        client._publish(effects.payloads())
     if client.observers.want_queue_stats:
         client.observers.queue_stats(await client.stats())
     if client.retention is not None:
@@ -82,3 +41,57 @@ async def run_once(client: Client, *, worker_id: str, limit: int = 100) -> None:
         )
         if purged:
             logger.info("cyclone: retention purged %d runs", purged, extra=log)
+
+
+async def _expire(
+    client: Client,
+    conn: db.Conn,
+    effects: _transitions.Effects,
+    *,
+    limit: int,
+    log: dict[str, str],
+) -> None:
+    """Reclaim expired leases and fail what is overdue; gather what to announce in
+    ``effects`` as each transaction commits."""
+    q = client.queries
+    reclaimed = await db.task_reclaim(conn, q, limit)
+    if reclaimed:
+        client.observers.reclaimed(len(reclaimed))
+    for row in reclaimed:
+        if row["queue"] is not None:  # None: parked, its run having failed
+            effects.queues.add(row["queue"])
+        logger.warning("cyclone: reclaimed task %s after its lease expired", row["id"], extra=log)
+    for row in await db.task_expired_exhausted(conn, q, limit):
+        error = _codec.encode_plain(
+            {
+                "attempt": row["attempt"],
+                "type": "LeaseExpired",
+                "message": f"the lease expired: worker {row['worker']} stopped renewing it",
+            }
+        )
+        async with conn.transaction():
+            _, more = await _transitions.fail_node_or_job(
+                conn,
+                q,
+                task_id=row["id"],
+                claims=row["claims"],
+                run_id=row["run_id"],
+                node=row["node"],
+                error=error,
+                expired_only=True,  # read without a lock: the lease may be renewed
+            )
+        effects.merge(more)
+    for run_id in await db.run_deadline_due(conn, q, limit):
+        error = _codec.encode_plain(
+            {"type": "DeadlineExceeded", "message": "the run passed its deadline"}
+        )
+        async with conn.transaction():
+            effects.merge(await _transitions.expire_deadline(conn, q, run_id, error))
+    for row in await db.wait_expire_due(conn, q, limit):
+        error = _codec.encode_plain(
+            {"type": "WaitTimeout", "message": f"wait node {row['node']!r} timed out"}
+        )
+        async with conn.transaction():
+            effects.merge(
+                await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
+            )

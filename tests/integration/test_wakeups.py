@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 import cyclone
+from cyclone import _queries as db
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Listener
 
@@ -289,3 +290,28 @@ async def test_shortcut_inside_a_tracked_transaction_joins_its_wakeups(
             await sms.enqueue_tx(client, tx, 2)
     await listener.settle()
     assert listener.counts() == {"q:mail": 1, "q:sms": 1}
+
+
+async def test_maintenance_announces_what_committed_when_a_later_step_fails(
+    cyclone_env: CycloneEnv, listener: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass reclaims a task (committed), then its next statement fails: the reclaimed
+    task's queue is still woken, not left to the next poll."""
+    client = cyclone_env.client
+    await mail.enqueue(client, 1)
+    async with cyclone_env.pool.acquire() as conn:
+        await db.task_claim(conn, client.queries, "mail", ["mail.send"], 1, 30.0, "w", [])
+        await conn.execute("UPDATE cyclone_tasks SET lease_until = now() - interval '1 hour'")
+    await client.aclose()
+    await listener.settle()
+    listener.payloads.clear()
+
+    async def broken(*args: object) -> list[asyncpg.Record]:
+        raise asyncpg.ConnectionDoesNotExistError("connection lost")
+
+    monkeypatch.setattr(db, "task_expired_exhausted", broken)
+    with pytest.raises(asyncpg.ConnectionDoesNotExistError):
+        await cyclone_env.worker(steps=[mail]).maintain_once()
+    await client.aclose()
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1}
