@@ -125,7 +125,7 @@ FROM __schema__.cyclone_runs WHERE name = $1 AND key = $2;
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ), picked AS (
-    SELECT t.run_id, t.id
+    SELECT t.run_id, t.id, r.name, r.input::text AS input, r.trace::text AS trace
     FROM __schema__.cyclone_tasks t
     JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.state = 'available' AND t.queue = $1 AND t.available_at <= now()
@@ -146,10 +146,10 @@ WITH async_commit AS (
 UPDATE __schema__.cyclone_tasks t
 SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
     lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
-FROM picked, __schema__.cyclone_runs r, async_commit
-WHERE t.run_id = picked.run_id AND t.id = picked.id AND r.id = t.run_id
+FROM picked, async_commit
+WHERE t.run_id = picked.run_id AND t.id = picked.id
 RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
-    r.name, r.input::text AS input, r.trace::text AS trace,
+    picked.name, picked.input, picked.trace,
     (SELECT jsonb_object_agg(e.parent, s.output)::text
      FROM __schema__.cyclone_edges e
      JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
