@@ -81,12 +81,14 @@ async def _expire(
                 expired_only=True,  # read without a lock: the lease may be renewed
             )
         effects.merge(more)
-    for run_id in await db.run_deadline_due(conn, q, limit):
+    for row in await db.run_deadline_due(conn, q, limit):
         error = _codec.encode_plain(
             {"type": "DeadlineExceeded", "message": "the run passed its deadline"}
         )
         async with conn.transaction():
-            effects.merge(await _transitions.expire_deadline(conn, q, run_id, error))
+            effects.merge(
+                await _transitions.expire_deadline(conn, q, row["id"], error, job=row["job"])
+            )
     for row in await db.wait_expire_due(conn, q, limit):
         error = _codec.encode_plain(
             {"type": "WaitTimeout", "message": f"wait node {row['node']!r} timed out"}

@@ -254,9 +254,9 @@ async def wait_expire(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, erro
     return await conn.fetchval(q["wait_expire"], run_id, node, error) is not None
 
 
-async def run_deadline_due(conn: Conn, q: Queries, limit: int) -> list[uuid.UUID]:
-    """Pending runs past their deadline."""
-    return [r["id"] for r in await conn.fetch(q["run_deadline_due"], limit)]
+async def run_deadline_due(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """Pending runs past their deadline: id, and whether each is a job."""
+    return await conn.fetch(q["run_deadline_due"], limit)
 
 
 async def task_reclaim(conn: Conn, q: Queries, limit: int) -> list[Record]:

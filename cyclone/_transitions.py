@@ -205,9 +205,11 @@ async def expire_wait(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, erro
     return Effects(ended={run_id})
 
 
-async def expire_deadline(conn: Conn, q: Queries, run_id: uuid.UUID, error: str) -> Effects:
+async def expire_deadline(
+    conn: Conn, q: Queries, run_id: uuid.UUID, error: str, *, job: bool
+) -> Effects:
     """Fail a run past its deadline; its running handlers stop at their next heartbeat."""
-    if await is_job(conn, q, run_id):
+    if job:
         failed = await end_job(conn, q, run_id, "failed", error)
         return Effects(ended={run_id} if failed else set())
     states = await db.run_lock_many(conn, q, [run_id])

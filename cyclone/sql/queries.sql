@@ -424,7 +424,7 @@ WHERE s.run_id IN (SELECT id FROM r)
   AND (s.node IN (SELECT node FROM dropped) OR s.state = 'waiting');
 
 -- name: run_deadline_due
-SELECT id FROM __schema__.cyclone_runs
+SELECT id, job FROM __schema__.cyclone_runs
 WHERE deadline IS NOT NULL AND deadline <= now() AND state = 'pending'
 ORDER BY deadline LIMIT $1;
 
