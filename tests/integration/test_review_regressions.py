@@ -20,6 +20,7 @@ probe = Probe()
 async def seq_step(ctx: cyclone.Context, label: str) -> str:
     probe.calls.append((label, ctx.attempt))
     if label == "slow" and len(probe.calls) == 1:
+        probe.started.set()
         await asyncio.sleep(3600)  # only the first run of it; the deadline ends it
     if label == "fail":
         raise RuntimeError("fails\x00with a NUL")
@@ -29,10 +30,14 @@ async def seq_step(ctx: cyclone.Context, label: str) -> str:
 async def test_deadline_keeps_a_sequenced_job_blocking(cyclone_env: CycloneEnv) -> None:
     probe.reset()
     client = cyclone_env.client
-    soon = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.5)
-    head = await seq_step.enqueue(client, "slow", sequence="s", run_deadline=soon)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    head = await seq_step.enqueue(client, "slow", sequence="s", run_deadline=later)
     after = await seq_step.enqueue(client, "after", sequence="s")
     async with fast_worker(client, steps=[seq_step], lease=0.6) as worker:
+        await asyncio.wait_for(probe.started.wait(), 30)  # then the deadline passes
+        await cyclone_env.pool.execute(
+            "UPDATE cyclone_runs SET deadline = now() WHERE id = $1", head.id
+        )
         assert await head.wait(timeout=30) is cyclone.RunState.FAILED
         await asyncio.wait_for(worker.idle(), 30)  # the handler was stopped
         await cyclone_env.drain(steps=[seq_step])

@@ -314,11 +314,18 @@ async def test_cancel_mid_run(cyclone_env: CycloneEnv) -> None:
         await run.retry_all()
 
 
+async def pass_deadline(env: CycloneEnv, run: cyclone.Run) -> None:
+    """Move a run's deadline to now: tests set it far off, then pass it once the handler runs
+    (a deadline a few tenths of a second away can pass before a loaded machine claims)."""
+    await env.pool.execute("UPDATE cyclone_runs SET deadline = now() WHERE id = $1", run.id)
+
+
 async def test_run_deadline_fails_the_run_and_stops_handlers(cyclone_env: CycloneEnv) -> None:
-    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.5)
+    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
     run = await lingering.submit(cyclone_env.client, 1, run_deadline=deadline)
     async with fast_worker(cyclone_env.client, workflows=[lingering], lease=0.6):
         await asyncio.wait_for(probe.started.wait(), 30)
+        await pass_deadline(cyclone_env, run)
         assert await run.wait(timeout=30) is cyclone.RunState.FAILED
         await asyncio.wait_for(probe.stopped.wait(), 30)
     info = await run.info()
@@ -326,9 +333,11 @@ async def test_run_deadline_fails_the_run_and_stops_handlers(cyclone_env: Cyclon
 
 
 async def test_job_deadline(cyclone_env: CycloneEnv) -> None:
-    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.3)
+    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
     run = await forever.enqueue(cyclone_env.client, 1, run_deadline=deadline)
     async with fast_worker(cyclone_env.client, steps=[forever], lease=0.6):
+        await asyncio.wait_for(probe.started.wait(), 30)
+        await pass_deadline(cyclone_env, run)
         assert await run.wait(timeout=30) is cyclone.RunState.FAILED
         await asyncio.wait_for(probe.stopped.wait(), 30)
     assert await count_rows(cyclone_env, "cyclone_tasks") == 0
