@@ -208,9 +208,13 @@ async def test_notification_wakes_the_worker_before_the_poll(cyclone_env: Cyclon
     client = cyclone_env.client
     async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
         await asyncio.wait_for(client._notifier.connected.wait(), 30)
-        await asyncio.sleep(0)  # let the producer reach its wait
         run = await double.enqueue(client, 21)
         assert await run.result(timeout=60) == 42
+        # The first job may have been found by the claims the worker makes as it starts and
+        # as the listener connects. Now its producer waits with an hour to its next poll:
+        # only the NOTIFY of this enqueue can wake it.
+        run = await double.enqueue(client, 50)
+        assert await run.result(timeout=60) == 100
         assert worker.poll_interval == 3600
 
 
