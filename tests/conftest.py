@@ -93,6 +93,19 @@ async def waiting_on_a_lock(env: CycloneEnv, pid: int | None = None) -> None:
             await asyncio.sleep(0.01)
 
 
+@contextlib.asynccontextmanager
+async def reaped(
+    proc: asyncio.subprocess.Process,
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """Use a child process; kill it on the way out if it is still running, and reap it."""
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
 def fast_worker(client: cyclone.Client, **options: Any) -> cyclone.Worker:
     """A worker with the test kit's short intervals and no retry backoff (any option can
     still be overridden)."""

@@ -16,6 +16,7 @@ import pytest
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.app import backwards, echo, fail, pipeline, slow
+from tests.conftest import reaped
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(Path(sys.executable).parent / "cyclone")
@@ -162,18 +163,13 @@ async def start_worker(dsn: str) -> asyncio.subprocess.Process:
 
 
 async def test_worker_runs_until_a_signal(cyclone_env: CycloneEnv) -> None:
-    proc = await start_worker(cyclone_env.dsn)
-    try:
+    async with reaped(await start_worker(cyclone_env.dsn)) as proc:
         run = await echo.enqueue(cyclone_env.client, 41)
         assert await run.result(timeout=60) == 41
         flow = await pipeline.submit(cyclone_env.client, 1)
         assert await flow.wait(timeout=60) is cyclone.RunState.COMPLETED
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 60) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
 
 async def test_second_signal_stops_at_once(cyclone_env: CycloneEnv) -> None:
@@ -181,19 +177,19 @@ async def test_second_signal_stops_at_once(cyclone_env: CycloneEnv) -> None:
     listener = await asyncpg.connect(cyclone_env.dsn)
     await listener.add_listener("cli_started", lambda *a: started.put_nowait(a[-1]))
     run = await slow.enqueue(cyclone_env.client, 3600.0)
-    proc = await start_worker(cyclone_env.dsn)
     try:
-        await asyncio.wait_for(started.get(), 60)
-        proc.send_signal(signal.SIGINT)  # graceful: would wait for the hour-long handler
-        assert proc.stderr is not None
-        while b"stopping gracefully" not in await asyncio.wait_for(proc.stderr.readline(), 60):
-            pass
-        proc.send_signal(signal.SIGINT)  # now
-        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        async with reaped(await start_worker(cyclone_env.dsn)) as proc:
+            await asyncio.wait_for(started.get(), 60)
+            proc.send_signal(signal.SIGINT)  # graceful: would wait for the hour-long handler
+            assert proc.stderr is not None
+            while True:
+                line = await asyncio.wait_for(proc.stderr.readline(), 60)
+                assert line, "the worker exited before it began stopping gracefully"
+                if b"stopping gracefully" in line:
+                    break
+            proc.send_signal(signal.SIGINT)  # now
+            assert await asyncio.wait_for(proc.wait(), 60) == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
         await listener.close()
     info = await run.info()
     assert (info.state, info.nodes[0].state, info.nodes[0].attempts) == (
@@ -206,9 +202,9 @@ async def test_second_signal_stops_at_once(cyclone_env: CycloneEnv) -> None:
 async def test_dev_db_serves_until_interrupted() -> None:
     env = {k: v for k, v in os.environ.items() if k != "CYCLONE_DEV_DSN"}
     proc = await asyncio.create_subprocess_exec(
-        SCRIPT, "dev-db", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        SCRIPT, "dev-db", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
     )
-    try:
+    async with reaped(proc):
         assert proc.stdout is not None
         dsn = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode().strip()
         conn = await asyncpg.connect(dsn)
@@ -216,7 +212,3 @@ async def test_dev_db_serves_until_interrupted() -> None:
         await conn.close()
         proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), 60) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()

@@ -12,6 +12,7 @@ import asyncpg
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
+from tests.conftest import reaped
 from tests.e2e.worker_app import charge, flow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,21 +34,15 @@ async def kill_mid_step_then_rescue(env: CycloneEnv, run: cyclone.Run) -> None:
     """Start a worker process, SIGKILL it inside the charge step, start another to rescue."""
     started: asyncio.Queue[str] = asyncio.Queue()
     listener = await asyncpg.connect(env.dsn)
-    await listener.add_listener("e2e_started", lambda *args: started.put_nowait(str(args[-1])))
-    doomed = await start_worker(env.dsn, lease=1.0)
     try:
-        assert await asyncio.wait_for(started.get(), 60) == "1"
-        doomed.send_signal(signal.SIGKILL)
-        assert await doomed.wait() == -signal.SIGKILL
+        await listener.add_listener("e2e_started", lambda *args: started.put_nowait(str(args[-1])))
+        async with reaped(await start_worker(env.dsn, lease=1.0)) as doomed:
+            assert await asyncio.wait_for(started.get(), 60) == "1"
+            doomed.send_signal(signal.SIGKILL)
+            assert await doomed.wait() == -signal.SIGKILL
+        async with reaped(await start_worker(env.dsn, lease=30.0)):
+            assert await run.wait(timeout=60) is cyclone.RunState.COMPLETED
     finally:
-        if doomed.returncode is None:
-            doomed.kill()
-    rescuer = await start_worker(env.dsn, lease=30.0)
-    try:
-        assert await run.wait(timeout=60) is cyclone.RunState.COMPLETED
-    finally:
-        rescuer.kill()
-        await rescuer.wait()
         await listener.close()
 
 
