@@ -46,26 +46,32 @@ async def advance(
     """Advance the DAG after ``nodes`` completed (runs locked by the caller).
 
     A wait node whose signal arrived before it was reachable completes as soon as it is
-    reached, which can release further nodes: loop until nothing more completes.
+    reached, which can release further nodes (see :func:`finish_waits`).
     """
     effects = Effects()
-    while run_ids:
-        rows = await db.node_advance(conn, q, run_ids, nodes)
-        signalled_runs, signalled_nodes = [], []
-        for row in rows:
-            if row["what"] == "queue":
-                effects.queues.add(row["value"])
-            elif row["what"] == "ended":
-                effects.ended.add(row["run_id"])
-            else:
-                signalled_runs.append(row["run_id"])
-                signalled_nodes.append(row["node"])
-        if not signalled_runs:
-            break
-        finished = await db.wait_finish_many(conn, q, signalled_runs, signalled_nodes)
-        run_ids = [r["run_id"] for r in finished]
-        nodes = [r["node"] for r in finished]
+    if not run_ids:
+        return effects
+    signalled_runs, signalled_nodes = [], []
+    for row in await db.node_advance(conn, q, run_ids, nodes):
+        if row["what"] == "queue":
+            effects.queues.add(row["value"])
+        elif row["what"] == "ended":
+            effects.ended.add(row["run_id"])
+        else:
+            signalled_runs.append(row["run_id"])
+            signalled_nodes.append(row["node"])
+    if signalled_runs:
+        effects.merge(await finish_waits(conn, q, signalled_runs, signalled_nodes))
     return effects
+
+
+async def finish_waits(
+    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+) -> Effects:
+    """Complete reachable wait nodes that have their signal, and advance past them (runs
+    locked by the caller)."""
+    finished = await db.wait_finish_many(conn, q, run_ids, nodes)
+    return await advance(conn, q, [r["run_id"] for r in finished], [r["node"] for r in finished])
 
 
 async def lock_run(conn: Conn, q: Queries, run_id: uuid.UUID) -> str:
@@ -132,18 +138,14 @@ async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> 
         raise InvalidStateError(f"node {node!r} of run {run_id} has not failed")
     if not reopened["reopened"]:
         return effects  # another failed node keeps the run failed; this one was reset
-    waits_run, waits_node = [], []
+    signalled = []
     for row in await db.run_release(conn, q, run_id):
         if not row["wait"]:
             effects.queues.add(row["queue"])
         elif row["signalled"]:
-            waits_run.append(run_id)
-            waits_node.append(row["node"])
-    if waits_run:
-        finished = await db.wait_finish_many(conn, q, waits_run, waits_node)
-        effects.merge(
-            await advance(conn, q, [r["run_id"] for r in finished], [r["node"] for r in finished])
-        )
+            signalled.append(row["node"])
+    if signalled:
+        effects.merge(await finish_waits(conn, q, [run_id] * len(signalled), signalled))
     return effects
 
 
@@ -162,8 +164,7 @@ async def signal(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: 
         raise InvalidStateError(f"wait node {node!r} of run {run_id} was already signalled")
     if node_state != "waiting":
         return Effects()
-    finished = await db.wait_finish_many(conn, q, [run_id], [node])
-    return await advance(conn, q, [r["run_id"] for r in finished], [r["node"] for r in finished])
+    return await finish_waits(conn, q, [run_id], [node])
 
 
 async def fail_node_or_job(
