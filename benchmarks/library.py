@@ -161,8 +161,9 @@ async def workflow_runs(
         async with cyclone.Worker(
             worker_client, workflows=[workflow], queues={QUEUE: 200}, poll_interval=0.05
         ):
-            for run in handles:
-                await run.wait(timeout=600)
+            for run in handles:  # a failed run must not count as throughput
+                if await run.wait(timeout=600) is not cyclone.RunState.COMPLETED:
+                    raise RuntimeError(f"benchmark run {run.id} did not complete")
         elapsed = time.perf_counter() - start
         await worker_client.aclose()
     nodes = runs * len(workflow.nodes)

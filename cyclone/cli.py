@@ -14,7 +14,6 @@ import json
 import logging
 import re
 import signal
-import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict
@@ -288,8 +287,7 @@ def runs_ls(
     if as_json:
         _json([_info_dict(r) for r in page.runs])
         return
-    table = Table("name", "state", "key", "created")
-    table.columns.insert(0, Column("id", no_wrap=True, min_width=36))
+    table = Table(Column("id", no_wrap=True, min_width=36), "name", "state", "key", "created")
     for r in page.runs:
         _add_row(table, str(r.id), r.name, r.state.value, r.key or "", f"{r.created_at:%F %T}")
     console.print(table)
@@ -459,7 +457,3 @@ def dev_db() -> None:
             signal.sigwait(stops)
     except PostgresUnavailableError as exc:
         raise Failure(str(exc)) from None
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
