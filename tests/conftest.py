@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -13,6 +15,11 @@ import pytest_asyncio
 
 import cyclone
 from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root."""
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+"""A fenced Python code block of a Markdown page; group 1 is its code."""
 
 
 class Listener:

@@ -16,9 +16,8 @@ import pytest
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.app import backwards, echo, fail, pipeline, slow
-from tests.conftest import reaped
+from tests.conftest import ROOT, reaped
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(Path(sys.executable).parent / "cyclone")
 
 

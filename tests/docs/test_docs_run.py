@@ -25,11 +25,10 @@ from typing import Any
 import pytest
 
 from cyclone.testing.plugin import CycloneEnv, DatabaseFactory
+from tests.conftest import PYTHON_BLOCK, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 NOT_RUN_PAGES = {"performance.md", "reference.md"}
 PAGES = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in NOT_RUN_PAGES)
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 NOT_RUN = re.compile(r"<!--\s*not run:(.*?)-->")
 PRELUDE = """\
 import asyncio, contextlib, datetime as dt, logging, uuid
@@ -50,7 +49,7 @@ def blocks(page: Path) -> list[Block]:
     """The page's ```python blocks, each with the reason it is not run, if it is not."""
     text = page.read_text()
     found = []
-    for match in BLOCK.finditer(text):
+    for match in PYTHON_BLOCK.finditer(text):
         before = text[: match.start()].rstrip().rsplit("\n", 1)[-1]
         marker = NOT_RUN.fullmatch(before.strip())
         found.append(

@@ -6,16 +6,13 @@ import asyncio
 import os
 import signal
 import sys
-from pathlib import Path
 
 import asyncpg
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import reaped
+from tests.conftest import ROOT, reaped
 from tests.e2e.worker_app import charge, flow
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def start_worker(dsn: str, lease: float) -> asyncio.subprocess.Process:

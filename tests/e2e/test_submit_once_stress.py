@@ -7,14 +7,13 @@ import json
 import os
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import msgspec
 
 from cyclone.testing.plugin import CycloneEnv
+from tests.conftest import ROOT
 from tests.e2e.submit_once_app import CONFLICTING, KEYS
 
-ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = 8
 
 

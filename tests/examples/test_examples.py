@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
 from cyclone.testing.plugin import CycloneEnv
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
 
 
 async def run_example(name: str, dsn: str) -> str:

@@ -5,21 +5,19 @@ from __future__ import annotations
 import ast
 import importlib
 import re
-from pathlib import Path
 
 import pytest
 
 import cyclone
+from tests.conftest import PYTHON_BLOCK, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([*ROOT.glob("docs/*.md"), ROOT / "README.md"])
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def blocks() -> list[tuple[str, str]]:
     found = []
     for page in PAGES:
-        for i, match in enumerate(BLOCK.finditer(page.read_text())):
+        for i, match in enumerate(PYTHON_BLOCK.finditer(page.read_text())):
             found.append((f"{page.name}#{i + 1}", match[1]))
     return found
 
