@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
+import asyncpg
 import pytest
 
 import cyclone
@@ -149,22 +150,16 @@ pair.node(quick)
 pair.node(patient)
 
 
-@pytest.mark.parametrize("how", ["retried", "reclaimed"])
-async def test_a_failed_runs_node_that_ends_an_attempt_is_parked(
-    cyclone_env: CycloneEnv, how: str
-) -> None:
-    """A node still running when its run failed ends an attempt with attempts left (its
-    handler failed, or its lease ran out). The run starts nothing more, so no available task
-    may stay behind: it would count as backlog forever and keep the run from being purged.
-    The node is parked, and a retry of the run goes on with its attempts."""
-    client, q = cyclone_env.client, cyclone_env.client.queries
-    run = await pair.submit(client, 1)
-    async with cyclone_env.pool.acquire() as conn:
+async def failed_while_patient_runs(env: CycloneEnv) -> tuple[cyclone.Run, asyncpg.Record]:
+    """A run of ``pair`` failed by its quick node's last attempt while its patient node runs;
+    the patient node's claimed task."""
+    q = env.client.queries
+    run = await pair.submit(env.client, 1)
+    async with env.pool.acquire() as conn:
         rows = await db.task_claim(
             conn, q, "default", ["rr.quick", "rr.patient"], 2, 30.0, "w", ["rr.pair"]
         )
         first = next(r for r in rows if r["kind"] == "rr.quick")
-        second = next(r for r in rows if r["kind"] == "rr.patient")
         async with conn.transaction():
             owned, _ = await _transitions.fail_node_or_job(
                 conn,
@@ -177,6 +172,20 @@ async def test_a_failed_runs_node_that_ends_an_attempt_is_parked(
                 expired_only=False,
             )
         assert owned
+    return run, next(r for r in rows if r["kind"] == "rr.patient")
+
+
+@pytest.mark.parametrize("how", ["retried", "reclaimed"])
+async def test_a_failed_runs_node_that_ends_an_attempt_is_parked(
+    cyclone_env: CycloneEnv, how: str
+) -> None:
+    """A node still running when its run failed ends an attempt with attempts left (its
+    handler failed, or its lease ran out). The run starts nothing more, so no available task
+    may stay behind: it would count as backlog forever and keep the run from being purged.
+    The node is parked, and a retry of the run goes on with its attempts."""
+    client, q = cyclone_env.client, cyclone_env.client.queries
+    run, second = await failed_while_patient_runs(cyclone_env)
+    async with cyclone_env.pool.acquire() as conn:
         if how == "retried":
             assert await db.task_retry_many(
                 conn, q, [run.id], [second["id"]], [second["claims"]], [0.0], ['{"n": 1}'], [False]
@@ -204,24 +213,8 @@ async def test_purge_waits_for_running_nodes_and_takes_parked_tasks(
 ) -> None:
     """A failed run stays while a node of it still runs; an available task it kept (a retry
     racing the run's failure can leave one) is deleted with it."""
-    client, q = cyclone_env.client, cyclone_env.client.queries
-    run = await pair.submit(client, 1)
-    async with cyclone_env.pool.acquire() as conn:
-        rows = await db.task_claim(
-            conn, q, "default", ["rr.quick", "rr.patient"], 2, 30.0, "w", ["rr.pair"]
-        )
-        first = next(r for r in rows if r["kind"] == "rr.quick")
-        async with conn.transaction():
-            await _transitions.fail_node_or_job(
-                conn,
-                q,
-                task_id=first["id"],
-                claims=first["claims"],
-                run_id=run.id,
-                node="rr.quick",
-                error="{}",
-                expired_only=False,
-            )
+    client = cyclone_env.client
+    run, _ = await failed_while_patient_runs(cyclone_env)
     assert await client.purge_terminal_runs(0) == 0  # rr.patient still runs
     await cyclone_env.pool.execute(
         "UPDATE cyclone_tasks SET state = 'available', lease_until = NULL WHERE run_id = $1",
