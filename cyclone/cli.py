@@ -27,7 +27,7 @@ try:
     from rich.table import Column, Table
     from rich.text import Text
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise SystemExit("the cyclone command needs its extra: pip install 'cyclone[cli]'") from exc
+    raise SystemExit("the cyclone command needs its extra: pip install 'cyclone-pg[cli]'") from exc
 
 import asyncpg
 

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing for Cyclone (``pip install 'cyclone[otel]'``).
+"""OpenTelemetry tracing for Cyclone (``pip install 'cyclone-pg[otel]'``).
 
     from cyclone.otel import OpenTelemetryTracing
     client.observe(OpenTelemetryTracing())   # uses the global tracer provider

@@ -1,4 +1,4 @@
-"""Prometheus metrics for Cyclone (``pip install 'cyclone[prometheus]'``).
+"""Prometheus metrics for Cyclone (``pip install 'cyclone-pg[prometheus]'``).
 
     from cyclone.prometheus import PrometheusMetrics
     client.observe(PrometheusMetrics())     # registers on prometheus_client's default registry
