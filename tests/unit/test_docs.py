@@ -81,6 +81,7 @@ def test_the_distribution_is_cyclone_pg() -> None:
 
 
 def test_install_lines_name_the_distribution() -> None:
+    assert f"pip install {DISTRIBUTION} " in (ROOT / "docs" / "index.md").read_text()
     wrong = [
         f"{page.name}:{number}: {line.strip()}"
         for page in DOC_PAGES
