@@ -55,8 +55,8 @@ class NodeInfo:
 class RunInfo:
     """What a run is and where it stands.
 
-    ``nodes`` (in definition order) and ``edges`` (parent, child) are empty in ``list_runs``
-    pages; ``run.info()`` fills them.
+    ``nodes`` (sorted by name) and ``edges`` (sorted (parent, child) pairs) are empty in
+    ``list_runs`` pages; ``run.info()`` fills them.
     """
 
     id: uuid.UUID

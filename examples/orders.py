@@ -61,6 +61,8 @@ async def place_order(
     """
     job = Fulfil(key, order.customer, order.cents)
     async with client.transaction(conn) as tx:  # wakes the workers after the commit
+        # Submit first: a retry waits here for the first request's transaction and then gets
+        # its run (created=False); inserting the order first would fail it on the primary key.
         run, created = await fulfil.submit_once_tx(client, tx, f"order:{key}", job)
         if created:
             await tx.execute(

@@ -7,6 +7,7 @@ import contextlib
 import re
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,42 @@ ROOT = Path(__file__).resolve().parents[1]
 """The repository's root."""
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 """A fenced Python code block of a Markdown page; group 1 is its code."""
+DOC_PAGES = sorted([*ROOT.glob("docs/*.md"), ROOT / "README.md"])
+"""The README and every page of the docs."""
+RUN_PAGES = [p for p in DOC_PAGES if p.name not in {"performance.md", "reference.md"}]
+"""The pages whose Python blocks tests/docs runs (the others are only parsed)."""
+MARKER = re.compile(r"<!--\s*(not run|retry-safe|no retry claim)\s*(?::(.*?))?\s*-->")
+"""A comment on the lines right before a block: ``<!-- not run: REASON -->``,
+``<!-- retry-safe -->`` (the block is run twice), ``<!-- retry-safe: CALL -->`` (CALL is
+awaited twice after the block) or ``<!-- no retry claim: REASON -->``."""
+
+
+@dataclass(frozen=True)
+class DocBlock:
+    """A ```python block of a page, with the markers on the lines right before it."""
+
+    line: int  # of the block's first line of code, in the page
+    code: str
+    markers: dict[str, str]  # marker name to its text after the colon ("" without one)
+
+
+def doc_blocks(page: Path) -> list[DocBlock]:
+    """The page's ```python blocks; a marker anywhere but right before a block fails."""
+    text = page.read_text()
+    found = []
+    for match in PYTHON_BLOCK.finditer(text):
+        markers = {}
+        for before in reversed(text[: match.start()].rstrip().split("\n")):
+            marker = MARKER.fullmatch(before.strip())
+            if marker is None:
+                break
+            markers[marker[1]] = (marker[2] or "").strip()
+        line = text.count("\n", 0, match.start(1)) + 1
+        found.append(DocBlock(line=line, code=match[1], markers=markers))
+    assert len(MARKER.findall(text)) == sum(len(b.markers) for b in found), (
+        f"{page.name}: a <!-- marker --> must be on the lines right before a block"
+    )
+    return found
 
 
 class Listener:

@@ -656,7 +656,8 @@ ORDER BY r.id DESC
 LIMIT $8;
 
 -- name: run_nodes
--- Each node's state: a queued node's live task tells available, scheduled or running.
+-- Each node's state, by node name: a queued node's live task tells available, scheduled or
+-- running.
 SELECT s.node, s.kind,
     CASE WHEN s.state <> 'queued' THEN s.state
          WHEN t.state = 'running' THEN 'running'
@@ -677,7 +678,8 @@ SELECT r.name, r.name,
     coalesce(t.attempt, r.attempts), coalesce(t.errors, r.errors)::text
 FROM __schema__.cyclone_runs r
 LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = r.id
-WHERE r.id = $1 AND r.job;
+WHERE r.id = $1 AND r.job
+ORDER BY node;
 
 -- name: run_purge
 -- Delete up to $3 terminal runs in the states $2 that ended before $1, with their steps and

@@ -1,24 +1,30 @@
-"""Every Python block in the docs and the README parses, and names only what exists."""
+"""Every Python block in the docs and the README parses, and names only what exists; every
+snippet that submits once is retried by tests/docs; install lines name the distribution."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import re
+import tomllib
 
 import pytest
 
 import cyclone
-from tests.conftest import PYTHON_BLOCK, ROOT
+from tests.conftest import DOC_PAGES, ROOT, RUN_PAGES, doc_blocks
 
-PAGES = sorted([*ROOT.glob("docs/*.md"), ROOT / "README.md"])
+DISTRIBUTION = "cyclone-pg"
+# `pip install cyclone`, `pip install -U cyclone` or `cyclone[cli]`: the index's other cyclone.
+WRONG_DISTRIBUTION = re.compile(
+    r"pip install(?:\s+[^\s`#;&|)]+)*?\s+['\"]?cyclone(?![\w-])|(?<![\w-])cyclone\["
+)
 
 
 def blocks() -> list[tuple[str, str]]:
     found = []
-    for page in PAGES:
-        for i, match in enumerate(PYTHON_BLOCK.finditer(page.read_text())):
-            found.append((f"{page.name}#{i + 1}", match[1]))
+    for page in DOC_PAGES:
+        for i, block in enumerate(doc_blocks(page)):
+            found.append((f"{page.name}#{i + 1}", block.code))
     return found
 
 
@@ -49,3 +55,56 @@ def test_every_public_name_is_documented() -> None:
 
 def test_all_is_sorted() -> None:
     assert cyclone.__all__ == sorted(cyclone.__all__)
+
+
+def test_every_submit_once_snippet_is_retried_or_says_why_not() -> None:
+    """A snippet that submits once shows the retry-safe pattern: tests/docs runs it twice
+    (``<!-- retry-safe -->``), unless it says why it makes no such claim."""
+    unmarked = []
+    for page in DOC_PAGES:
+        for block in doc_blocks(page):
+            where = f"{page.name}, block at line {block.line}"
+            if "retry-safe" in block.markers:
+                assert page in RUN_PAGES, f"{where}: tests/docs does not run {page.name}"
+                assert "no retry claim" not in block.markers, where
+            elif "submit_once" in block.code and not block.markers.get("no retry claim"):
+                unmarked.append(where)
+    assert not unmarked, (
+        "mark each with <!-- retry-safe --> (run twice), <!-- retry-safe: CALL --> (CALL"
+        f" awaited twice) or <!-- no retry claim: REASON -->: {unmarked}"
+    )
+
+
+def test_the_distribution_is_cyclone_pg() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == DISTRIBUTION
+
+
+def test_install_lines_name_the_distribution() -> None:
+    assert f"pip install {DISTRIBUTION} " in (ROOT / "docs" / "index.md").read_text()
+    wrong = [
+        f"{page.name}:{number}: {line.strip()}"
+        for page in DOC_PAGES
+        for number, line in enumerate(page.read_text().splitlines(), 1)
+        if WRONG_DISTRIBUTION.search(line)
+    ]
+    assert not wrong, f"the distribution is {DISTRIBUTION} (`pip install {DISTRIBUTION}`): {wrong}"
+
+
+@pytest.mark.parametrize(
+    ("line", "wrong"),
+    [
+        ("pip install cyclone", True),
+        ("pip install -U cyclone  # upgrade", True),
+        ("pip install 'cyclone[cli]'", True),
+        ('pip install "cyclone[test]"', True),
+        ("pip install cyclone-pg", False),
+        ("pip install 'cyclone-pg[cli]'", False),
+        ("pip install -e '.[cli]'", False),
+        ("The `cyclone` command (`pip install 'cyclone-pg[cli]'`)", False),
+        ("pip install -e '.[cli]'  # plus the `cyclone` command", False),
+        ("(`pip install -e '.[cli]'`) adds a `cyclone` command", False),
+    ],
+)
+def test_wrong_distribution_pattern(line: str, wrong: bool) -> None:
+    assert bool(WRONG_DISTRIBUTION.search(line)) is wrong
