@@ -33,7 +33,7 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def examples(session: nox.Session) -> None:
     """Run the quickstart (an embedded PostgreSQL unless CYCLONE_DATABASE_URL is set)."""
-    session.install("-e", ".")
+    session.install("-e", ".[embedded]")
     session.run("python", "examples/quickstart.py")
 
 
