@@ -1,7 +1,9 @@
 """Cyclone's SQL: named queries and migrations, read once from ``sql/`` at import.
 
-``queries.sql`` holds every run-time statement under a ``-- name: noun_verb`` header;
-``migrations/NNNN_name.sql`` are applied in order by :func:`cyclone.Client.migrate`.
+Every ``sql/*.sql`` file holds run-time statements under ``-- name: noun_verb`` headers
+(``queries.sql`` the core ones; a feature may keep its statements in a file of its own), each
+name defined once across them all; ``migrations/NNNN_name.sql`` are applied in order by
+:func:`cyclone.Client.migrate`.
 ``__schema__`` in the text stands for the client's schema, validated and quoted here.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # 55 characters at most: the notification channel "cyclone_<schema>" must fit in 63.
@@ -17,22 +20,22 @@ _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,54}$")
 _SCHEMA_TOKEN = "__schema__"
 
 
-def _read(name: str) -> str:
-    return resources.files("cyclone").joinpath("sql").joinpath(name).read_text("utf-8")
-
-
-def _parse(text: str) -> dict[str, str]:
-    parts = _NAME.split(text)
-    # parts: [preamble, name1, body1, name2, body2, ...]
-    queries = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise RuntimeError(f"query {name} is defined twice in queries.sql")
-        queries[name] = body.strip()
+def parse_folder(folder: Traversable) -> dict[str, str]:
+    """The named statements of every ``*.sql`` file directly in ``folder``."""
+    queries: dict[str, str] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        parts = _NAME.split(entry.read_text("utf-8"))
+        # parts: [preamble, name1, body1, name2, body2, ...]
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise RuntimeError(f"query {name} is defined twice in sql/ ({entry.name})")
+            queries[name] = body.strip()
     return queries
 
 
-_QUERIES = _parse(_read("queries.sql"))
+_QUERIES = parse_folder(resources.files("cyclone").joinpath("sql"))
 
 
 @dataclass(frozen=True)
