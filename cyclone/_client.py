@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from cyclone import _codec, _transitions
+from cyclone import _codec, _schema, _transitions
 from cyclone import _queries as db
 from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._errors import (
@@ -171,6 +171,12 @@ class Client:
         if applied:
             logger.info("cyclone: applied migrations %s", applied, extra={"schema": self.schema})
         return applied
+
+    async def check_schema(self) -> None:
+        """Raise :class:`SchemaNotMigratedError` if the schema lacks migrations this package
+        ships, :class:`SchemaVersionError` if it has some this package does not know."""
+        async with self._acquire() as conn:
+            await _schema.check(conn, self.queries)
 
     # Wakeups
 
