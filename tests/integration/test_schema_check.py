@@ -12,7 +12,6 @@ import cyclone
 from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv
 
 
-
 @cyclone.step("schema_check.echo", queue="schema_check")
 async def echo(ctx: cyclone.Context, n: int) -> int:
     return n
