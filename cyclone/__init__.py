@@ -23,6 +23,8 @@ from cyclone._errors import (
     RunCancelledError,
     RunFailedError,
     RunNotFoundError,
+    SchemaNotMigratedError,
+    SchemaVersionError,
     SubmitConflictError,
     UnknownKindError,
 )
@@ -72,6 +74,8 @@ __all__ = [
     "RunPage",
     "RunQuery",
     "RunState",
+    "SchemaNotMigratedError",
+    "SchemaVersionError",
     "Snooze",
     "Step",
     "SubmitConflictError",

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from cyclone import _codec, _transitions
+from cyclone import _codec, _schema, _transitions
 from cyclone import _queries as db
 from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._errors import (
@@ -171,6 +171,12 @@ class Client:
         if applied:
             logger.info("cyclone: applied migrations %s", applied, extra={"schema": self.schema})
         return applied
+
+    async def check_schema(self) -> None:
+        """Raise :class:`SchemaNotMigratedError` if the schema lacks migrations this package
+        ships, :class:`SchemaVersionError` if it has some this package does not know."""
+        async with self._acquire() as conn:
+            await _schema.check(conn, self.queries)
 
     # Wakeups
 
@@ -424,7 +430,8 @@ class Client:
                 raise RunNotFoundError(run_id)
             nodes = await db.run_nodes(conn, self.queries, run_id)
             edges = await db.run_edges(conn, self.queries, run_id)
-        info = _run_info(rows[0])
+            payload = await db.run_payload(conn, self.queries, run_id)
+        info = _run_info(rows[0], payload)
         info.edges.extend((e["parent"], e["child"]) for e in edges)
         info.nodes.extend(
             NodeInfo(
@@ -461,7 +468,11 @@ class Client:
         return _codec.decode(row["output"], output_type)
 
 
-def _run_info(row: db.Record) -> RunInfo:
+def _run_info(row: db.Record, payload: db.Record | None = None) -> RunInfo:
+    input = output = None
+    if payload is not None:
+        input = _codec.decode(payload["input"], Any)
+        output = None if payload["output"] is None else _codec.decode(payload["output"], Any)
     return RunInfo(
         id=row["id"],
         name=row["name"],
@@ -471,4 +482,6 @@ def _run_info(row: db.Record) -> RunInfo:
         finished_at=row["finished_at"],
         error=_codec.decode(row["error"], dict[str, Any]) if row["error"] else None,
         job=row["job"],
+        input=input,
+        output=output,
     )

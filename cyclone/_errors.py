@@ -15,7 +15,9 @@
     ├── ContextError              a handler context used outside its handler
     ├── InvalidKeyError           (also ValueError) a key breaking the key rules
     ├── InvalidInputError         (also TypeError) a payload or option that cannot be used
-    └── PayloadTooLargeError      (also ValueError) an input or output over the client limit
+    ├── PayloadTooLargeError      (also ValueError) an input or output over the client limit
+    ├── SchemaNotMigratedError    the schema lacks migrations this package ships
+    └── SchemaVersionError        the schema has migrations this package does not know
 
 Lease loss and run cancellation reach a running handler as ``asyncio.CancelledError``,
 a ``BaseException``, so ``except Exception`` in user code cannot swallow them.
@@ -124,3 +126,35 @@ class PayloadTooLargeError(CycloneError, ValueError):
         super().__init__(f"{what} is {size} bytes encoded, over the limit of {limit} bytes")
         self.size = size
         self.limit = limit
+
+
+def _versions(versions: list[int]) -> str:
+    return ", ".join(str(v) for v in versions)
+
+
+class SchemaNotMigratedError(CycloneError):
+    """The schema lacks migrations this version of cyclone-pg ships: the database is older
+    than the code. ``missing`` lists them; run ``cyclone migrate`` or ``client.migrate()``."""
+
+    def __init__(self, schema: str, missing: list[int], *, empty: bool) -> None:
+        lacks = f"lacks Cyclone migrations {_versions(missing)}"
+        if empty:
+            lacks = "has no Cyclone tables"
+        super().__init__(
+            f"schema {schema!r} {lacks}: run `cyclone migrate` (or `await client.migrate()`)"
+        )
+        self.schema = schema
+        self.missing = missing
+
+
+class SchemaVersionError(CycloneError):
+    """The schema has migrations this version of cyclone-pg does not know: the code is older
+    than the database. ``unknown`` lists them; upgrade cyclone-pg where this runs."""
+
+    def __init__(self, schema: str, unknown: list[int], known: int) -> None:
+        super().__init__(
+            f"schema {schema!r} has Cyclone migrations {_versions(unknown)}, newer than this "
+            f"version of cyclone-pg knows (up to {known}): upgrade cyclone-pg on this host"
+        )
+        self.schema = schema
+        self.unknown = unknown

@@ -338,6 +338,11 @@ async def run_result(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | None
     return await conn.fetchrow(q["run_result"], run_id)
 
 
+async def run_payload(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | None:
+    """A run's input and output as JSON text."""
+    return await conn.fetchrow(q["run_payload"], run_id)
+
+
 async def run_list(conn: Conn, q: Queries, *args: Any) -> list[Record]:
     """Runs matching the filters, newest first."""
     return await conn.fetch(q["run_list"], *args)

@@ -55,8 +55,10 @@ class NodeInfo:
 class RunInfo:
     """What a run is and where it stands.
 
-    ``nodes`` (sorted by name) and ``edges`` (sorted (parent, child) pairs) are empty in
-    ``list_runs`` pages; ``run.info()`` fills them.
+    ``nodes`` (by name) and ``edges`` (parent, child) are empty in ``list_runs`` pages;
+    ``run.info()`` fills them, and ``input`` and ``output`` (the run's input and the output of
+    a job or of a result workflow's result node, decoded as plain JSON values; ``None`` until
+    there is one, and in ``list_runs`` pages).
     """
 
     id: uuid.UUID
@@ -69,6 +71,8 @@ class RunInfo:
     job: bool
     nodes: list[NodeInfo] = field(default_factory=list)
     edges: list[tuple[str, str]] = field(default_factory=list)
+    input: Any = None
+    output: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from cyclone import _codec
+from cyclone import _codec, _schema
 from cyclone import _maintenance as maintenance
 from cyclone import _queries as db
 from cyclone._completer import Claimed, Completer, error_record
@@ -72,7 +72,9 @@ class Worker:
     ``poll_interval`` bounds how long claimable work can wait when a notification is lost.
     ``lease`` is how long a claimed task stays this worker's without a heartbeat;
     ``heartbeat`` defaults to a third of it. ``shutdown_timeout`` is how long a graceful stop
-    lets running handlers finish before cancelling them.
+    lets running handlers finish before cancelling them. ``start()`` checks the schema first:
+    :class:`SchemaNotMigratedError` if it lacks migrations, unless ``wait_for_schema`` is true,
+    which waits (logged once) until they are applied; :class:`SchemaVersionError` always.
     """
 
     def __init__(
@@ -90,8 +92,10 @@ class Worker:
         claim_batch: int = 100,
         backoff: Callable[[int], float] = exponential_backoff,
         worker_id: str | None = None,
+        wait_for_schema: bool = False,
     ) -> None:
         self.client = client
+        self.wait_for_schema = bool(wait_for_schema)
         self._steps: dict[str, Step[Any, Any]] = {}
         self._workflows: dict[str, Workflow[Any]] = {}
         for s in steps:
@@ -155,6 +159,10 @@ class Worker:
         """Start claiming in the running event loop."""
         if self._started:
             raise RuntimeError("this worker was started already")
+        if self.wait_for_schema:
+            await _schema.wait_until_migrated(self.client.pool, self.client.queries)
+        else:
+            await self.client.check_schema()
         self._started = True
         loop = asyncio.get_running_loop()
         self._completer.start()

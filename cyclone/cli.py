@@ -1,8 +1,9 @@
 """The ``cyclone`` command: migrate, run a worker, inspect and steer runs, purge, stats.
 
-Every command takes ``--dsn`` (or ``CYCLONE_DATABASE_URL``) and ``--schema``. Listings take
-``--json`` for scripts. Bad input or an unreachable database prints one line on stderr and
-exits with status 1 (2 for usage errors), never a traceback.
+Every command takes the connection options (``--dsn`` or ``CYCLONE_DATABASE_URL``,
+``--schema``, ``--statement-cache-size``, ``--no-notify``) before or after its name. Listings
+take ``--json`` for scripts. Bad input, an unreachable or unmigrated database prints one line
+on stderr and exits with status 1 (2 for usage errors), never a traceback.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import importlib
+import inspect
 import json
 import logging
+import os
 import re
 import signal
+import sys
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any, TypeVar
 
@@ -32,6 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 import asyncpg
 
 from cyclone import _queries as db
+from cyclone import _schema
 from cyclone._client import Client
 from cyclone._errors import CycloneError
 from cyclone._kinds import Step
@@ -42,7 +47,9 @@ from cyclone._worker import DEFAULT_CONCURRENCY, Worker
 from cyclone._workflow import Workflow
 
 T = TypeVar("T")
-console = Console()
+F = TypeVar("F", bound=Callable[..., Any])
+# Piped output is not cut to 80 columns: that width is for a terminal (or $COLUMNS).
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 10_000)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -72,23 +79,34 @@ def parse_duration(text: str) -> dt.timedelta:
 
 
 async def _with_client(
-    ctx: click.Context, use: Callable[[Client], Awaitable[T]], *, connections: int = 4
+    ctx: click.Context,
+    use: Callable[[Client], Awaitable[T]],
+    *,
+    connections: int = 4,
+    check: bool = True,
 ) -> T:
-    dsn, schema = ctx.obj["dsn"], ctx.obj["schema"]
+    """Run ``use`` with a client on a pool of its own; ``check``: refuse an unmigrated schema."""
+    opts = ctx.obj
+    dsn, schema = opts.get("dsn"), opts["schema"]
     if not dsn:
         raise Failure("no database: pass --dsn or set CYCLONE_DATABASE_URL")
     try:
         validate_identifier(schema, what="--schema")
     except ValueError as exc:
         raise Failure(str(exc)) from None
+    pool_options: dict[str, Any] = {}
+    if opts.get("statement_cache_size") is not None:
+        pool_options["statement_cache_size"] = opts["statement_cache_size"]
     try:
         pool = await asyncio.wait_for(
-            asyncpg.create_pool(dsn, min_size=1, max_size=connections), 15
+            asyncpg.create_pool(dsn, min_size=1, max_size=connections, **pool_options), 15
         )
     except (TimeoutError, *DATABASE_ERRORS, ValueError) as exc:
         raise Failure(f"cannot connect to the database: {exc}") from None
     try:
-        async with Client(pool, schema=schema) as client:
+        async with Client(pool, schema=schema, notify=opts["notify"]) as client:
+            if check:
+                await client.check_schema()
             return await use(client)
     finally:
         await pool.close()
@@ -116,21 +134,74 @@ def _info_dict(info: RunInfo) -> dict[str, Any]:
     return data
 
 
+def _store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    # The group stores every value (its defaults too); a subcommand only what it was given.
+    obj = ctx.ensure_object(dict)
+    if value is not None or param.name not in obj:
+        obj[str(param.name)] = value
+
+
+_CONNECTION_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--dsn",), {"envvar": "CYCLONE_DATABASE_URL", "help": "PostgreSQL DSN."}),
+    (
+        ("--schema",),
+        {
+            "envvar": "CYCLONE_SCHEMA",
+            "default": "public",
+            "show_default": True,
+            "help": "Cyclone's schema.",
+        },
+    ),
+    (
+        ("--statement-cache-size",),
+        {
+            "envvar": "CYCLONE_STATEMENT_CACHE_SIZE",
+            "type": click.IntRange(0),
+            "help": "asyncpg's prepared statements per connection (default 100); "
+            "0 behind PgBouncer in transaction mode.",
+        },
+    ),
+    (
+        ("--notify/--no-notify",),
+        {
+            "envvar": "CYCLONE_NOTIFY",
+            "default": True,
+            "show_default": True,
+            "help": "LISTEN for wakeups; --no-notify (poll only) behind PgBouncer in "
+            "transaction mode.",
+        },
+    ),
+]
+
+
+def _connection_options(*, top: bool) -> Callable[[F], F]:
+    """Add the connection options; on a subcommand they override the group's."""
+
+    def decorate(command: F) -> F:
+        for decls, attrs in reversed(_CONNECTION_OPTIONS):
+            if not top:  # the environment and the defaults are read once, by the group
+                attrs = {**attrs, "envvar": None, "default": None, "show_default": False}
+            else:
+                attrs = {**attrs, "show_envvar": True}
+            command = click.option(*decls, expose_value=False, callback=_store, **attrs)(command)
+        return command
+
+    return decorate
+
+
 @click.group()
-@click.option("--dsn", envvar="CYCLONE_DATABASE_URL", help="PostgreSQL DSN.")
-@click.option("--schema", default="public", show_default=True, help="Cyclone's schema.")
+@_connection_options(top=True)
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
-@click.pass_context
-def main(ctx: click.Context, dsn: str | None, schema: str, verbose: bool) -> None:
+def main(verbose: bool) -> None:
     """Cyclone: durable jobs and workflows in PostgreSQL."""
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    ctx.obj = {"dsn": dsn, "schema": schema}
 
 
 @main.command()
+@_connection_options(top=False)
 @click.pass_context
 def migrate(ctx: click.Context) -> None:
     """Create or update Cyclone's tables."""
@@ -140,7 +211,7 @@ def migrate(ctx: click.Context) -> None:
         async with client._acquire() as conn:
             return applied, await db.migrations_applied(conn, client.queries)
 
-    applied, present = _run(_with_client(ctx, go))
+    applied, present = _run(_with_client(ctx, go, check=False))
     click.echo(f"applied: {applied or 'none'}; schema {ctx.obj['schema']} is at {present}")
 
 
@@ -148,14 +219,21 @@ def _load(target: str) -> Any:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise Failure(f"{target!r} is not MODULE:OBJECT")
+    # The console script's sys.path starts with its own folder: put the current one first,
+    # as `python -m`, uvicorn and celery do, so `cyclone worker myjobs:WORK` finds myjobs.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise Failure(f"cannot import {module_name}: {exc}") from None
+    obj: Any = module
     try:
-        return getattr(module, attr)
+        for part in attr.split("."):  # MODULE:OBJECT.ATTRIBUTE, as uvicorn takes it
+            obj = getattr(obj, part)
     except AttributeError:
         raise Failure(f"{module_name} has no {attr!r}") from None
+    return obj
 
 
 def _queues(text: str | None) -> dict[str, int] | None:
@@ -170,6 +248,73 @@ def _queues(text: str | None) -> dict[str, int] | None:
     return queues
 
 
+_ACCEPTED = (
+    "a step, a workflow, a list of them, or a function that takes the client and returns "
+    "a cyclone.Worker"
+)
+
+
+def _describe(obj: Any) -> str:
+    """What ``obj`` is, in a few words, for an error message."""
+    if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj):
+        try:
+            sig = inspect.signature(obj)
+        except (TypeError, ValueError):  # some builtins have none
+            signature = "(...)"
+        else:  # the parameters, without their annotations
+            bare = [p.replace(annotation=p.empty) for p in sig.parameters.values()]
+            signature = str(sig.replace(parameters=bare, return_annotation=sig.empty))
+        return f"{type(obj).__name__} {obj.__qualname__}{signature}"
+    text = repr(obj)
+    return f"{type(obj).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _takes_client(obj: Any) -> bool:
+    try:
+        inspect.signature(obj).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read: let the call tell
+        return True
+    return True
+
+
+def _target(target: str, obj: Any) -> list[Any] | Callable[[Client], Any]:
+    """The steps and workflows ``obj`` names, or the factory it is; else one clear Failure."""
+    if isinstance(obj, Step | Workflow):
+        return [obj]
+    if isinstance(obj, list | tuple | set | frozenset):
+        others = [i for i in obj if not isinstance(i, Step | Workflow)]
+        if obj and not others:
+            return list(obj)
+        kind = type(obj).__name__
+        found = f"a {kind} holding {_describe(others[0])}" if others else f"an empty {kind}"
+    elif isinstance(obj, Worker):
+        found = "a Worker built at import time, which cannot use this command's pool"
+    elif callable(obj) and _takes_client(obj):
+        factory: Callable[[Client], Any] = obj
+        return factory
+    elif callable(obj):
+        found = f"{_describe(obj)}, which cannot be called with the client"
+    else:
+        found = _describe(obj)
+    raise Failure(f"{target} is {found}; give {_ACCEPTED}")
+
+
+async def _unless_stopped(stop: asyncio.Event, work: Awaitable[None]) -> bool:
+    """Await ``work`` unless ``stop`` is set first (then cancel it); whether it finished."""
+    done = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([done, stopped], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not done.done():
+        done.cancel()
+        await asyncio.gather(done, return_exceptions=True)
+        return False
+    done.result()
+    return True
+
+
 @main.command()
 @click.argument("target")
 @click.option("--queues", help="Queues and their concurrency: orders=16,default=4.")
@@ -180,6 +325,13 @@ def _queues(text: str | None) -> dict[str, int] | None:
     type=click.IntRange(2),
     help="Pool size (default: the queue limits' sum, one per queue, and 4 more).",
 )
+@click.option(
+    "--wait-for-migrations",
+    is_flag=True,
+    envvar="CYCLONE_WAIT_FOR_MIGRATIONS",
+    help="On an unmigrated schema, wait until `cyclone migrate` has run (default: exit 1).",
+)
+@_connection_options(top=False)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -188,17 +340,18 @@ def worker(
     poll_interval: float,
     shutdown_timeout: float,
     max_connections: int | None,
+    wait_for_migrations: bool,
 ) -> None:
     """Run a worker for TARGET (MODULE:OBJECT) until SIGINT or SIGTERM.
 
-    OBJECT is a step, a workflow, a list of them, or a function that takes the client and
-    returns a Worker (configured there: --queues, --poll-interval and --shutdown-timeout do
-    not apply to it). A first signal stops gracefully; a second stops at once.
+    OBJECT is a step, a workflow, a list of them, or a function (sync or async) that takes
+    the client and returns a Worker (configured there: --queues, --poll-interval and
+    --shutdown-timeout do not apply to it). MODULE is imported with the current directory
+    first on sys.path. A first signal stops gracefully; a second stops at once.
     """
-    obj = _load(target)
+    found = _target(target, _load(target))
     limits = _queues(queues)
-    factory = callable(obj) and not isinstance(obj, Step | Workflow)
-    if factory:
+    if callable(found):
         given = [
             f"--{name.replace('_', '-')}"
             for name in ("queues", "poll_interval", "shutdown_timeout")
@@ -206,50 +359,55 @@ def worker(
         ]
         if given:
             raise Failure(f"{target} makes its own Worker; {', '.join(given)} would be ignored")
-        items: list[Any] = []
-    else:
-        items = list(obj) if isinstance(obj, Iterable) else [obj]
+    elif max_connections is None and limits is None:
+        limits = {s.queue: DEFAULT_CONCURRENCY for s in _steps_of(found)}
     if max_connections is None:
         # A handler holding its completion transaction keeps a connection; the claims,
         # heartbeat, completions and maintenance need theirs beside them.
-        if limits is None:
-            step_queues = {s.queue for s in _steps_of(items)}
-            limits = {q: DEFAULT_CONCURRENCY for q in step_queues} if step_queues else None
         max_connections = sum(limits.values()) + len(limits) + 4 if limits else 32
 
-    async def go(client: Client) -> None:
-        if factory:
-            made = obj(client)
-            if not isinstance(made, Worker):
-                raise Failure(f"{target} returned {type(made).__name__}, not a cyclone.Worker")
-            w = made
-        else:
-            w = Worker(  # anything not a workflow is passed as a step, for the Worker to check
+    async def build(client: Client) -> Worker:
+        if not callable(found):
+            return Worker(
                 client,
-                steps=[i for i in items if not isinstance(i, Workflow)],
-                workflows=[i for i in items if isinstance(i, Workflow)],
+                steps=[i for i in found if isinstance(i, Step)],
+                workflows=[i for i in found if isinstance(i, Workflow)],
                 queues=limits,
                 poll_interval=poll_interval,
                 shutdown_timeout=shutdown_timeout,
             )
+        made = found(client)
+        if inspect.isawaitable(made):
+            made = await made
+        if not isinstance(made, Worker):
+            raise Failure(f"{target} returned {_describe(made)}, not a cyclone.Worker")
+        return made
+
+    async def go(client: Client) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        w: Worker | None = None
 
         def on_signal() -> None:
-            if stop.is_set():
+            if stop.is_set() and w is not None:
                 click.echo("cyclone: stopping now", err=True)
                 w.hurry()
             stop.set()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
-        await w.start()
+        if wait_for_migrations:
+            ready = _schema.wait_until_migrated(client.pool, client.queries)
+            if not await _unless_stopped(stop, ready):
+                return
+        w = await build(client)
+        await w.start()  # refuses a schema that is not this package's
         click.echo(f"cyclone: worker {w.id} running; Ctrl-C stops it", err=True)
         await stop.wait()
         click.echo("cyclone: stopping gracefully (again to stop now)", err=True)
         await w.stop()
 
-    _run(_with_client(ctx, go, connections=max_connections))
+    _run(_with_client(ctx, go, connections=max_connections, check=False))
 
 
 def _steps_of(items: list[Any]) -> list[Step[Any, Any]]:
@@ -262,8 +420,9 @@ def _steps_of(items: list[Any]) -> list[Step[Any, Any]]:
 
 
 @main.group()
+@_connection_options(top=False)
 def runs() -> None:
-    """List, show, retry and cancel runs."""
+    """List, show, signal, retry and cancel runs."""
 
 
 @runs.command("ls")
@@ -271,7 +430,9 @@ def runs() -> None:
 @click.option("--name")
 @click.option("--key")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--cursor", help="Where the previous page ended (its next cursor).")
 @click.option("--json", "as_json", is_flag=True)
+@_connection_options(top=False)
 @click.pass_context
 def runs_ls(
     ctx: click.Context,
@@ -279,18 +440,27 @@ def runs_ls(
     name: str | None,
     key: str | None,
     limit: int,
+    cursor: str | None,
     as_json: bool,
 ) -> None:
-    """List runs, newest first."""
-    query = RunQuery(name=name, key=key, limit=limit, state=[RunState(s) for s in state] or None)
+    """List runs, newest first, a page at a time: pass the next cursor back as --cursor."""
+    query = RunQuery(
+        name=name,
+        key=key,
+        limit=limit,
+        cursor=cursor,
+        state=[RunState(s) for s in state] or None,
+    )
     page = _run(_with_client(ctx, lambda c: c.list_runs(query)))
     if as_json:
-        _json([_info_dict(r) for r in page.runs])
+        _json({"runs": [_info_dict(r) for r in page.runs], "next_cursor": page.next_cursor})
         return
     table = Table(Column("id", no_wrap=True, min_width=36), "name", "state", "key", "created")
     for r in page.runs:
         _add_row(table, str(r.id), r.name, r.state.value, r.key or "", f"{r.created_at:%F %T}")
     console.print(table)
+    if page.next_cursor:
+        console.print(f"next page: --cursor {page.next_cursor}", markup=False)
 
 
 def _levels(info: RunInfo) -> list[list[str]]:
@@ -315,6 +485,7 @@ def _levels(info: RunInfo) -> list[list[str]]:
 @runs.command("show")
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
+@_connection_options(top=False)
 @click.pass_context
 def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show a run: its nodes, attempts, errors and graph."""
@@ -328,6 +499,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         _json(_info_dict(info))
         return
     console.print(f"{info.name} {info.id}  {info.state.value}  key={info.key}", markup=False)
+    for label, value in (("input", info.input), ("output", info.output)):
+        text = json.dumps(value, default=str, indent=2)
+        console.print(f"{label}: {text}", markup=False, highlight=False)
     if info.error:
         console.print(f"error: {info.error.get('type')}: {info.error.get('message')}", markup=False)
     table = Table("node", "kind", "state", "attempts", "last error")
@@ -348,9 +522,29 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         console.print(arrow + "  ".join(f"{n} ({states[n]})" for n in names), markup=False)
 
 
+@runs.command("signal")
+@click.argument("run_id")
+@click.argument("node")
+@click.option("--payload", help="JSON for the wait node's output (default: null).")
+@_connection_options(top=False)
+@click.pass_context
+def runs_signal(ctx: click.Context, run_id: str, node: str, payload: str | None) -> None:
+    """Complete wait node NODE of a run; the payload becomes its output."""
+    rid = _run_id(run_id)
+    try:
+        value = None if payload is None else json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise Failure(
+            f"--payload is not JSON ({exc}); quote it for the shell: --payload '{{\"ok\": true}}'"
+        ) from None
+    _run(_with_client(ctx, lambda c: c.signal(rid, node, value)))
+    click.echo(f"signalled {node} of run {rid}")
+
+
 @runs.command("retry")
 @click.argument("run_id")
 @click.option("--node", help="Reset only this failed node.")
+@_connection_options(top=False)
 @click.pass_context
 def runs_retry(ctx: click.Context, run_id: str, node: str | None) -> None:
     """Re-open a failed run (or one failed node)."""
@@ -366,6 +560,7 @@ def runs_retry(ctx: click.Context, run_id: str, node: str | None) -> None:
 
 @runs.command("cancel")
 @click.argument("run_id")
+@_connection_options(top=False)
 @click.pass_context
 def runs_cancel(ctx: click.Context, run_id: str) -> None:
     """Cancel a pending, running or failed run."""
@@ -386,6 +581,7 @@ def runs_cancel(ctx: click.Context, run_id: str) -> None:
     multiple=True,
     help="Only these states (default: all three).",
 )
+@_connection_options(top=False)
 @click.pass_context
 def purge(ctx: click.Context, older_than: str, state: tuple[str, ...]) -> None:
     """Delete terminal runs older than --older-than; their keys become free."""
@@ -410,6 +606,7 @@ def purge(ctx: click.Context, older_than: str, state: tuple[str, ...]) -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
+@_connection_options(top=False)
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Live work per queue and the last minute's completions."""
@@ -445,13 +642,18 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 
 @main.command("dev-db")
 def dev_db() -> None:
-    """Start a throwaway PostgreSQL for local development and print its DSN."""
+    """Start a throwaway PostgreSQL for local development and print its DSN.
+
+    With CYCLONE_DATABASE_URL set, print that instead and leave its server alone.
+    """
     from cyclone.testing import PostgresUnavailableError, describe, postgres_server
 
+    env_var = "CYCLONE_DATABASE_URL"
     try:
-        with postgres_server(env_var="CYCLONE_DEV_DSN") as server:
+        with postgres_server(env_var=env_var) as server:
             click.echo(server.dsn)
-            click.echo(f"# {describe(server)}; Ctrl-C stops it and deletes its data", err=True)
+            ends = "leaves it running" if server.source == env_var else "deletes its data"
+            click.echo(f"# {describe(server)}; Ctrl-C stops this and {ends}", err=True)
             stops = {signal.SIGINT, signal.SIGTERM}
             signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # wait for them instead of dying
             signal.sigwait(stops)

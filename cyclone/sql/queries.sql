@@ -630,6 +630,14 @@ SELECT r.state, r.job, r.result_node, r.error::text AS error,
                WHERE s.run_id = r.id AND s.node = r.result_node) END AS output
 FROM __schema__.cyclone_runs r WHERE r.id = $1;
 
+-- name: run_payload
+-- A run's input and output (a job's, or its result node's) for run.info().
+SELECT r.input::text AS input,
+    CASE WHEN r.job THEN r.output::text
+         ELSE (SELECT s.output::text FROM __schema__.cyclone_steps s
+               WHERE s.run_id = r.id AND s.node = r.result_node) END AS output
+FROM __schema__.cyclone_runs r WHERE r.id = $1;
+
 -- name: run_list
 -- Newest first; keyset pagination on the time-ordered id. Every filter is optional; the
 -- state filter compares the state as reported (a pending run that started is running).

@@ -37,3 +37,25 @@ backwards.node(echo, name="a_child", after=[backwards.node(echo, name="z_parent"
 def make_worker(client: cyclone.Client) -> cyclone.Worker:
     """A target that builds its own worker."""
     return cyclone.Worker(client, steps=[echo])
+
+
+approval = cyclone.define("cli.approval", int)
+approval.wait("approve")
+
+NOT_A_TARGET = 42
+MIXED = [echo, "cli.echo"]
+
+
+def helper() -> int:
+    """A function that is not a worker factory: it takes no client."""
+    return 1
+
+
+def make_nothing(client: cyclone.Client) -> int:
+    """A factory that returns something other than a Worker."""
+    return 1
+
+
+async def make_worker_async(client: cyclone.Client) -> cyclone.Worker:
+    """An async factory."""
+    return cyclone.Worker(client, steps=[echo], poll_interval=0.1)

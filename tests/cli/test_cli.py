@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import sys
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -16,34 +13,8 @@ import pytest
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.app import backwards, echo, fail, pipeline, slow
+from tests.cli.process import SCRIPT, cli, environment, one_line_error
 from tests.conftest import ROOT, reaped
-
-SCRIPT = str(Path(sys.executable).parent / "cyclone")
-
-
-async def cli(*args: str, dsn: str | None = None, timeout: float = 60) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "CYCLONE_DATABASE_URL"}
-    if dsn is not None:
-        env["CYCLONE_DATABASE_URL"] = dsn
-    proc = await asyncio.create_subprocess_exec(
-        SCRIPT,
-        *args,
-        cwd=ROOT,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
-def one_line_error(code: int, err: str) -> str:
-    assert code != 0
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 async def test_migrate_prints_versions(cyclone_env: CycloneEnv) -> None:
@@ -66,12 +37,12 @@ async def test_runs_ls_show_cancel_retry(cyclone_env: CycloneEnv) -> None:
 
     code, out, err = await cli("runs", "ls", "--json", dsn=cyclone_env.dsn)
     assert code == 0, err
-    listed = json.loads(out)
+    listed = json.loads(out)["runs"]
     assert [r["id"] for r in listed] == sorted(
         [str(r.id) for r in [*jobs, flow, failing]], reverse=True
     )
     code, out, _ = await cli("runs", "ls", "--json", "--state", "failed", dsn=cyclone_env.dsn)
-    assert [r["id"] for r in json.loads(out)] == [str(failing.id)]
+    assert [r["id"] for r in json.loads(out)["runs"]] == [str(failing.id)]
     code, out, _ = await cli("runs", "ls", "--name", "cli.pipeline", dsn=cyclone_env.dsn)
     assert str(flow.id) in out and str(jobs[0].id) not in out
 
@@ -156,7 +127,7 @@ async def start_worker(dsn: str) -> asyncio.subprocess.Process:
         "--poll-interval",
         "0.1",
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=environment(None),
         stderr=asyncio.subprocess.PIPE,
     )
 
@@ -199,9 +170,12 @@ async def test_second_signal_stops_at_once(cyclone_env: CycloneEnv) -> None:
 
 
 async def test_dev_db_serves_until_interrupted() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "CYCLONE_DEV_DSN"}
     proc = await asyncio.create_subprocess_exec(
-        SCRIPT, "dev-db", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+        SCRIPT,
+        "dev-db",
+        env=environment(None),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     async with reaped(proc):
         assert proc.stdout is not None

@@ -1,0 +1,96 @@
+"""``cyclone runs``: input and output, signals, pages; output for pipes; dev-db's DSN."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+
+import cyclone
+from cyclone.testing.plugin import CycloneEnv
+from tests.cli.app import approval, echo, pipeline
+from tests.cli.process import SCRIPT, cli, environment, one_line_error
+from tests.conftest import fast_worker, reaped
+
+
+async def test_show_has_input_and_output(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    run = await echo.enqueue(client, 41)
+    flow = await pipeline.submit(client, 2)
+    async with fast_worker(client, steps=[echo]):
+        assert await run.result(timeout=60) == 41
+    code, out, err = await cli("runs", "show", str(run.id), "--json", dsn=cyclone_env.dsn)
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["input"], shown["output"]) == (41, 41)
+    code, out, _ = await cli("runs", "show", str(run.id), dsn=cyclone_env.dsn)
+    assert "input: 41\noutput: 41\n" in out
+    code, out, _ = await cli("runs", "show", str(flow.id), dsn=cyclone_env.dsn)
+    assert "input: 2\noutput: null\n" in out  # no result node, so no output
+
+
+async def test_signal(cyclone_env: CycloneEnv) -> None:
+    run = await approval.submit(cyclone_env.client, 1)
+    rid = str(run.id)
+    code, _, err = await cli(
+        "runs", "signal", rid, "approve", "--payload", "{ok}", dsn=cyclone_env.dsn
+    )
+    assert one_line_error(code, err).startswith("cyclone: --payload is not JSON (")
+    code, _, err = await cli("runs", "signal", rid, "nope", dsn=cyclone_env.dsn)
+    assert one_line_error(code, err) == f"cyclone: run {rid} has no node 'nope'"
+    payload = '{"approved": true, "by": "ops"}'
+    code, out, err = await cli(
+        "runs", "signal", rid, "approve", "--payload", payload, dsn=cyclone_env.dsn
+    )
+    assert (code, out.strip()) == (0, f"signalled approve of run {rid}"), err
+    assert await run.wait(timeout=60) is cyclone.RunState.COMPLETED
+    output = await cyclone_env.pool.fetchval(
+        "SELECT output::text FROM cyclone_steps WHERE run_id = $1 AND node = 'approve'", run.id
+    )
+    assert json.loads(output) == {"approved": True, "by": "ops"}
+
+
+async def test_ls_pages_with_a_cursor(cyclone_env: CycloneEnv) -> None:
+    runs = await echo.enqueue_many(cyclone_env.client, [1, 2, 3])
+    newest_first = [str(r.id) for r in reversed(runs)]
+    code, out, err = await cli("runs", "ls", "--limit", "2", "--json", dsn=cyclone_env.dsn)
+    assert code == 0, err
+    page = json.loads(out)
+    assert [r["id"] for r in page["runs"]] == newest_first[:2]
+    assert page["next_cursor"] == newest_first[1]
+    code, out, _ = await cli("runs", "ls", "--limit", "2", dsn=cyclone_env.dsn)
+    assert f"next page: --cursor {newest_first[1]}" in out
+    args = ("runs", "ls", "--limit", "2", "--cursor", page["next_cursor"], "--json")
+    code, out, _ = await cli(*args, dsn=cyclone_env.dsn)
+    page = json.loads(out)
+    assert ([r["id"] for r in page["runs"]], page["next_cursor"]) == (newest_first[2:], None)
+    code, _, err = await cli("runs", "ls", "--cursor", "nope", dsn=cyclone_env.dsn)
+    assert one_line_error(code, err) == "cyclone: not a cursor from list_runs: 'nope'"
+
+
+async def test_tables_are_not_cut_when_piped(cyclone_env: CycloneEnv) -> None:
+    key = "order-" + "x" * 120
+    run, _ = await pipeline.submit_once(cyclone_env.client, key, 1)
+    code, out, err = await cli("runs", "ls", dsn=cyclone_env.dsn)
+    assert code == 0, err
+    [row] = [line for line in out.splitlines() if str(run.id) in line]
+    assert key in row and "cli.pipeline" in row
+
+
+async def test_dev_db_uses_the_database_url(cyclone_env: CycloneEnv) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        SCRIPT,
+        "dev-db",
+        env=environment(cyclone_env.dsn),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with reaped(proc):
+        assert proc.stdout is not None and proc.stderr is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 120)
+        assert line.decode().strip() == cyclone_env.dsn
+        note = await asyncio.wait_for(proc.stderr.readline(), 60)
+        assert b"CYCLONE_DATABASE_URL" in note and b"leaves it running" in note
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    assert await cyclone_env.pool.fetchval("SELECT 1") == 1  # the server was left alone

@@ -1,0 +1,129 @@
+"""The schema check: a client or worker on a schema that is not this package's says so once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+import cyclone
+from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv
+
+
+@cyclone.step("schema_check.echo", queue="schema_check")
+async def echo(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+class Records(logging.Handler):
+    """Cyclone's log records, with an event set on each one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self.arrived = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.arrived.set()
+
+    def messages(self, containing: str) -> list[str]:
+        return [r.getMessage() for r in self.records if containing in r.getMessage()]
+
+    async def wait_for(self, containing: str) -> None:
+        async with asyncio.timeout(60):
+            while not self.messages(containing):
+                self.arrived.clear()
+                await self.arrived.wait()
+
+
+@pytest.fixture
+def records() -> Iterator[Records]:
+    handler = Records()
+    logger = logging.getLogger("cyclone")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.setLevel(level)
+        logger.removeHandler(handler)
+
+
+async def test_a_migrated_schema_passes(cyclone_env: CycloneEnv) -> None:
+    await cyclone_env.client.check_schema()
+
+
+async def test_an_unmigrated_schema(cyclone_env: CycloneEnv) -> None:
+    client = cyclone.Client(cyclone_env.pool, schema="nothing_here")
+    with pytest.raises(cyclone.SchemaNotMigratedError) as caught:
+        await client.check_schema()
+    assert str(caught.value) == (
+        "schema 'nothing_here' has no Cyclone tables: run `cyclone migrate` "
+        "(or `await client.migrate()`)"
+    )
+    assert caught.value.missing == [m.version for m in client.queries.migrations]
+    assert isinstance(caught.value, cyclone.CycloneError)
+
+
+async def test_a_partly_migrated_schema(cyclone_env: CycloneEnv) -> None:
+    client = cyclone.Client(cyclone_env.pool, schema="older")
+    latest = client.queries.migrations
+    client.queries.migrations = latest[:2]  # as an install of the version before 0003
+    await client.migrate()
+    client.queries.migrations = latest
+    with pytest.raises(cyclone.SchemaNotMigratedError) as caught:
+        await client.check_schema()
+    assert str(caught.value) == (
+        "schema 'older' lacks Cyclone migrations 3: run `cyclone migrate` "
+        "(or `await client.migrate()`)"
+    )
+    await client.migrate()
+    await client.check_schema()
+
+
+async def test_a_schema_newer_than_the_code(cyclone_env: CycloneEnv) -> None:
+    client = cyclone.Client(cyclone_env.pool, schema="newer")
+    await client.migrate()
+    await cyclone_env.pool.execute(
+        "INSERT INTO newer.cyclone_migrations (version, name) VALUES (9999, 'from_the_future')"
+    )
+    with pytest.raises(cyclone.SchemaVersionError) as caught:
+        await client.check_schema()
+    assert str(caught.value) == (
+        "schema 'newer' has Cyclone migrations 9999, newer than this version of cyclone-pg "
+        f"knows (up to {client.queries.migrations[-1].version}): upgrade cyclone-pg on this host"
+    )
+    # Waiting cannot mend it: even a worker told to wait refuses at once.
+    worker = cyclone.Worker(client, steps=[echo], wait_for_schema=True, **TEST_WORKER_OPTIONS)
+    with pytest.raises(cyclone.SchemaVersionError):
+        await asyncio.wait_for(worker.start(), 60)
+
+
+async def test_a_worker_refuses_an_unmigrated_schema(cyclone_env: CycloneEnv) -> None:
+    client = cyclone.Client(cyclone_env.pool, schema="not_yet")
+    with pytest.raises(cyclone.SchemaNotMigratedError, match="run `cyclone migrate`"):
+        async with cyclone.Worker(client, steps=[echo], **TEST_WORKER_OPTIONS):
+            pytest.fail("the worker started on an unmigrated schema")
+
+
+async def test_a_worker_waits_for_migrations(cyclone_env: CycloneEnv, records: Records) -> None:
+    client = cyclone.Client(cyclone_env.pool, schema="migrated_later")
+    worker = cyclone.Worker(client, steps=[echo], wait_for_schema=True, **TEST_WORKER_OPTIONS)
+    starting = asyncio.get_running_loop().create_task(worker.start())
+    await records.wait_for("waiting for migrations")
+    assert not starting.done()
+    await client.migrate()
+    await asyncio.wait_for(starting, 60)
+    try:
+        run = await echo.enqueue(client, 7)
+        assert await run.result(timeout=60) == 7
+    finally:
+        await worker.stop()
+    assert records.messages("waiting for migrations") == [
+        "cyclone: waiting for migrations: schema 'migrated_later' has no Cyclone tables: run "
+        "`cyclone migrate` (or `await client.migrate()`); checking again until they are applied"
+    ]
