@@ -651,11 +651,13 @@ def dev_db() -> None:
     env_var = "CYCLONE_DATABASE_URL"
     try:
         with postgres_server(env_var=env_var) as server:
+            # Blocked before the DSN is printed: whoever reads it may signal at once, and the
+            # signal must end the wait below rather than this process.
+            stops = {signal.SIGINT, signal.SIGTERM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, stops)
             click.echo(server.dsn)
             ends = "leaves it running" if server.source == env_var else "deletes its data"
             click.echo(f"# {describe(server)}; Ctrl-C stops this and {ends}", err=True)
-            stops = {signal.SIGINT, signal.SIGTERM}
-            signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # wait for them instead of dying
             signal.sigwait(stops)
     except PostgresUnavailableError as exc:
         raise Failure(str(exc)) from None
