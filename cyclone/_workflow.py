@@ -40,7 +40,7 @@ StepOut = TypeVar("StepOut")
 # A node only gives its output out: a Node[bool] can be the result of a workflow of int.
 Out_co = TypeVar("Out_co", covariant=True)
 
-SUBMIT_OPTIONS = frozenset({"process_at", "process_in", "priority", "run_deadline"})
+SUBMIT_OPTIONS = SubmitOptions.__optional_keys__
 _WAIT_QUEUE = "-"  # wait nodes are never claimed; the column wants a value
 _KEY_TRIES = 3
 

@@ -7,6 +7,7 @@ path). A negative case that stops being an error fails too (``warn_unused_ignore
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import cyclone
+from cyclone._options import parse
 from tests.conftest import ROOT
 
 TYPING = ROOT / "tests" / "typing"
@@ -50,3 +53,12 @@ def test_typing_suite_is_clean_outside_the_repo(tmp_path: Path) -> None:
         + result.stdout
         + result.stderr
     )
+
+
+def test_typed_options_are_the_options_checked_at_run_time() -> None:
+    checked = set(inspect.signature(parse).parameters)
+    assert cyclone.EnqueueOptions.__optional_keys__ == checked
+    assert cyclone.EnqueueManyOptions.__optional_keys__ == checked - {"unique"}
+    assert cyclone.SubmitOptions.__optional_keys__ < checked
+    assert not cyclone.EnqueueOptions.__required_keys__
+    assert not cyclone.SubmitOptions.__required_keys__
