@@ -18,7 +18,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over the package."""
+    """mypy --strict over the package, the examples and the typing suite (tests/typing)."""
     session.install("-e", ".[dev]")
     session.run("mypy")
 

@@ -6,7 +6,8 @@ Everything public is re-exported here; the modules behind it are private.
 from __future__ import annotations
 
 import inspect
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar, Unpack, overload
 
 from cyclone._client import Client, Retention
 from cyclone._context import Context, Snooze
@@ -30,6 +31,7 @@ from cyclone._errors import (
 )
 from cyclone._kinds import Kind, Step, action, register_kind, step
 from cyclone._observe import Observer
+from cyclone._options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
 from cyclone._run import (
     NodeInfo,
     QueueStats,
@@ -44,6 +46,7 @@ from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups,
 from cyclone._worker import Worker, exponential_backoff
 from cyclone._workflow import Node, ResultWorkflow, Workflow, define, define_result
 
+In = TypeVar("In")
 Out = TypeVar("Out")
 
 __all__ = [
@@ -52,6 +55,8 @@ __all__ = [
     "ContextError",
     "CycloneError",
     "DuplicateError",
+    "EnqueueManyOptions",
+    "EnqueueOptions",
     "InvalidInputError",
     "InvalidKeyError",
     "InvalidStateError",
@@ -79,6 +84,7 @@ __all__ = [
     "Snooze",
     "Step",
     "SubmitConflictError",
+    "SubmitOptions",
     "TrackedConnection",
     "TrackedTransaction",
     "Tx",
@@ -104,43 +110,69 @@ __all__ = [
 
 
 async def enqueue(
-    client: Client, kind: Kind[Any, Out], input: Any, **options: Any
+    client: Client, kind: Kind[In, Out], input: In, **options: Unpack[EnqueueOptions]
 ) -> ResultRun[Out]:
     """Enqueue one job of ``kind``; the same as ``kind.enqueue(client, input, ...)``."""
     return await kind.enqueue(client, input, **options)
 
 
 async def enqueue_tx(
-    client: Client, tx: Tx, kind: Kind[Any, Out], input: Any, **options: Any
+    client: Client, tx: Tx, kind: Kind[In, Out], input: In, **options: Unpack[EnqueueOptions]
 ) -> ResultRun[Out]:
     """Enqueue one job in the caller's transaction; the same as ``kind.enqueue_tx``."""
     return await kind.enqueue_tx(client, tx, input, **options)
 
 
 async def enqueue_many(
-    client: Client, kind: Kind[Any, Out], inputs: Any, **options: Any
+    client: Client,
+    kind: Kind[In, Out],
+    inputs: Sequence[In],
+    **options: Unpack[EnqueueManyOptions],
 ) -> list[ResultRun[Out]]:
     """Enqueue many jobs in one round trip; the same as ``kind.enqueue_many``."""
     return await kind.enqueue_many(client, inputs, **options)
 
 
 async def enqueue_many_tx(
-    client: Client, tx: Tx, kind: Kind[Any, Out], inputs: Any, **options: Any
+    client: Client,
+    tx: Tx,
+    kind: Kind[In, Out],
+    inputs: Sequence[In],
+    **options: Unpack[EnqueueManyOptions],
 ) -> list[ResultRun[Out]]:
     """Enqueue many jobs in the caller's transaction; the same as ``kind.enqueue_many_tx``."""
     return await kind.enqueue_many_tx(client, tx, inputs, **options)
 
 
+@overload
 async def submit_tx(
-    client: Client, tx: Tx, workflow: Workflow[Any], input: Any, **options: Any
+    client: Client,
+    tx: Tx,
+    workflow: ResultWorkflow[In, Out],
+    input: In,
+    **options: Unpack[SubmitOptions],
+) -> ResultRun[Out]: ...
+@overload
+async def submit_tx(
+    client: Client, tx: Tx, workflow: Workflow[In], input: In, **options: Unpack[SubmitOptions]
+) -> Run: ...
+async def submit_tx(
+    client: Client, tx: Tx, workflow: Workflow[In], input: In, **options: Unpack[SubmitOptions]
 ) -> Run:
-    """Submit a workflow run in the caller's transaction; the same as ``workflow.submit_tx``."""
+    """Submit a workflow run in the caller's transaction; the same as ``workflow.submit_tx``.
+
+    A :class:`ResultWorkflow` gives a :class:`ResultRun`.
+    """
     return await workflow.submit_tx(client, tx, input, **options)
 
 
 async def enqueue_completion(
-    ctx: Context, client: Client, kind: Kind[Any, Any], input: Any, **options: Any
-) -> Run:
+    ctx: Context,
+    client: Client,
+    kind: Kind[In, Out],
+    input: In,
+    **options: Unpack[EnqueueOptions],
+) -> ResultRun[Out]:
     """Enqueue a job in the handler's completion transaction.
 
     The job exists only if this step's completion commits. ``client`` may be a producer-only
@@ -150,10 +182,33 @@ async def enqueue_completion(
     return await kind.enqueue_tx(client, tx, input, **options)
 
 
+@overload
 async def submit_completion(
-    ctx: Context, client: Client, workflow: Workflow[Any], input: Any, **options: Any
+    ctx: Context,
+    client: Client,
+    workflow: ResultWorkflow[In, Out],
+    input: In,
+    **options: Unpack[SubmitOptions],
+) -> ResultRun[Out]: ...
+@overload
+async def submit_completion(
+    ctx: Context,
+    client: Client,
+    workflow: Workflow[In],
+    input: In,
+    **options: Unpack[SubmitOptions],
+) -> Run: ...
+async def submit_completion(
+    ctx: Context,
+    client: Client,
+    workflow: Workflow[In],
+    input: In,
+    **options: Unpack[SubmitOptions],
 ) -> Run:
-    """Submit a workflow run in the handler's completion transaction."""
+    """Submit a workflow run in the handler's completion transaction.
+
+    A :class:`ResultWorkflow` gives a :class:`ResultRun`.
+    """
     tx = await ctx._completion_tracked()
     return await workflow.submit_tx(client, tx, input, **options)
 

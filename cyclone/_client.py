@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import asyncpg
 
@@ -28,7 +28,16 @@ from cyclone._errors import (
 from cyclone._notifier import Notifier, queue_payload
 from cyclone._observe import Observer, Observers
 from cyclone._options import seconds, validate_int
-from cyclone._run import NodeInfo, QueueStats, Run, RunInfo, RunPage, RunQuery, RunState
+from cyclone._run import (
+    NodeInfo,
+    QueueStats,
+    ResultRun,
+    Run,
+    RunInfo,
+    RunPage,
+    RunQuery,
+    RunState,
+)
 from cyclone._sql import Queries
 from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
 
@@ -279,10 +288,19 @@ class Client:
 
     # Runs
 
-    async def get_run(self, run_id: uuid.UUID) -> Run:
-        """A handle on an existing run; :class:`RunNotFoundError` if it is not visible."""
+    @overload
+    async def get_run(self, run_id: uuid.UUID, output_type: None = None) -> Run: ...
+    @overload
+    async def get_run(self, run_id: uuid.UUID, output_type: type[_T]) -> ResultRun[_T]: ...
+    @overload
+    async def get_run(self, run_id: uuid.UUID, output_type: Any) -> ResultRun[Any]: ...
+    async def get_run(self, run_id: uuid.UUID, output_type: Any = None) -> Run:
+        """A handle on an existing run; :class:`RunNotFoundError` if it is not visible.
+
+        With ``output_type`` it is a :class:`ResultRun` whose ``result()`` decodes to it.
+        """
         await self._run_status(run_id)
-        return Run(self, run_id)
+        return Run(self, run_id) if output_type is None else ResultRun(self, run_id, output_type)
 
     async def list_runs(self, query: RunQuery | None = None) -> RunPage:
         """Runs matching ``query``, newest first, one page at a time."""

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import asyncpg
 import msgspec
 
 from cyclone import _codec
 from cyclone._errors import ContextError, UnknownKindError
-from cyclone._wakeups import TrackedConnection, Wakeups
+from cyclone._recorder import TxRecorder
+from cyclone._wakeups import TrackedConnection, Tx, Wakeups
 
 if TYPE_CHECKING:
     from cyclone._client import Client
+    from cyclone._workflow import Node
+
+Out = TypeVar("Out")
 
 
 class Snooze(Exception):
@@ -107,7 +111,7 @@ class Context:
         queue: str,
         outputs: dict[str, Any] | None = None,
         output_types: dict[str, Any] | None = None,
-        completion: CompletionTx | Any = None,
+        completion: CompletionTx | TxRecorder | None = None,
     ) -> None:
         self.client = client
         self.run_id = run_id
@@ -137,26 +141,37 @@ class Context:
         if self._task is not None and asyncio.current_task() is not self._task:
             raise ContextError(f"{what} from a task other than the handler's own")
 
-    async def completion_tx(self) -> Any:
-        """The completion transaction: an asyncpg connection inside a transaction.
+    async def completion_tx(self) -> asyncpg.pool.PoolConnectionProxy:
+        """The completion transaction: a pooled asyncpg connection inside a transaction.
 
         Business writes on it commit atomically with this step's completion and roll back
         with it (handler error, snooze, timeout, cancellation, lost lease). Do not commit it.
+        In a unit test (``cyclone.testing.new_context``) it is the :class:`TxRecorder`, which
+        records ``execute``, ``fetch``, ``fetchrow`` and ``fetchval``.
         """
         self._check("completion_tx()")
         if self._completion is None:
             raise ContextError("this context has no completion transaction")
-        tracked = await self._completion.open()
-        return tracked.connection if isinstance(tracked, TrackedConnection) else tracked
+        if isinstance(self._completion, TxRecorder):
+            # The recorder stands in for the connection; it has the methods handlers call.
+            return cast("asyncpg.pool.PoolConnectionProxy", self._completion)
+        await self._completion.open()
+        return self._completion.connection
 
-    async def _completion_tracked(self) -> Any:
+    async def _completion_tracked(self) -> Tx:
         self._check("a completion enqueue")
         if self._completion is None:
             raise ContextError("this context has no completion transaction")
-        return await self._completion.open()
+        # The insert path recognises a recorder and records instead of writing.
+        return cast("Tx", await self._completion.open())
 
-    async def output(self, node: Any) -> Any:
-        """The decoded output of dependency ``node`` (a node handle or its name)."""
+    @overload
+    async def output(self, node: Node[Out]) -> Out: ...
+    @overload
+    async def output(self, node: str) -> Any: ...
+    async def output(self, node: Node[Any] | str) -> Any:
+        """The decoded output of dependency ``node``: a node handle (``Node[Out]`` gives an
+        ``Out``) or its name (untyped)."""
         self._check("output()")
         name = node if isinstance(node, str) else getattr(node, "name", None)
         if name not in self._outputs:

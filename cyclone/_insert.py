@@ -21,7 +21,7 @@ from cyclone import _queries as db
 from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._errors import DuplicateError, InvalidInputError, NotInTransactionError
 from cyclone._notifier import queue_payload
-from cyclone._options import Options, parse
+from cyclone._options import EnqueueOptions, Options, parse
 from cyclone._recorder import RecordedEnqueue, TxRecorder
 from cyclone._run import ResultRun
 from cyclone._wakeups import TrackedConnection, Tx, unwrap
@@ -30,18 +30,8 @@ if TYPE_CHECKING:
     from cyclone._client import Client
     from cyclone._kinds import Kind
 
-ENQUEUE_OPTIONS = frozenset(
-    {
-        "queue",
-        "process_at",
-        "process_in",
-        "unique",
-        "sequence",
-        "priority",
-        "max_attempts",
-        "run_deadline",
-    }
-)
+# The option names a call takes at run time are the keys its TypedDict gives a type checker.
+ENQUEUE_OPTIONS = EnqueueOptions.__optional_keys__
 # A duplicate's holder can end between our insert and our look-up; then we insert again.
 _UNIQUE_TRIES = 3
 

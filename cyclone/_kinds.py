@@ -10,10 +10,10 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from cyclone._errors import InvalidInputError
-from cyclone._options import validate_int, validate_queue
+from cyclone._options import EnqueueManyOptions, EnqueueOptions, validate_int, validate_queue
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 In = TypeVar("In")
 Out = TypeVar("Out")
+# A kind taking ``object`` stands where one taking ``Order`` is wanted, and one giving
+# ``bool`` where one giving ``int`` is.
+In_contra = TypeVar("In_contra", contravariant=True)
+Out_co = TypeVar("Out_co", covariant=True)
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 10
@@ -32,7 +36,7 @@ DEFAULT_MAX_ATTEMPTS = 10
 Handler = Callable[["Context", In], Awaitable[Out]]
 
 
-class Kind(Generic[In, Out]):
+class Kind(Generic[In_contra, Out_co]):
     """A named kind of work with typed input and output; enqueue it as a standalone job."""
 
     def __init__(
@@ -57,14 +61,18 @@ class Kind(Generic[In, Out]):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} queue={self.queue!r}>"
 
-    async def enqueue(self, client: Client, input: In, **options: Any) -> ResultRun[Out]:
+    async def enqueue(
+        self, client: Client, input: In_contra, **options: Unpack[EnqueueOptions]
+    ) -> ResultRun[Out_co]:
         """Enqueue one job in its own transaction and wake workers after the commit."""
         from cyclone import _insert
 
         runs = await _insert.enqueue(client, None, self, [input], options)
         return runs[0]
 
-    async def enqueue_tx(self, client: Client, tx: Tx, input: In, **options: Any) -> ResultRun[Out]:
+    async def enqueue_tx(
+        self, client: Client, tx: Tx, input: In_contra, **options: Unpack[EnqueueOptions]
+    ) -> ResultRun[Out_co]:
         """Enqueue one job in the caller's open transaction ``tx``; never commits it."""
         from cyclone import _insert
 
@@ -72,23 +80,27 @@ class Kind(Generic[In, Out]):
         return runs[0]
 
     async def enqueue_many(
-        self, client: Client, inputs: Sequence[In], **options: Any
-    ) -> list[ResultRun[Out]]:
+        self, client: Client, inputs: Sequence[In_contra], **options: Unpack[EnqueueManyOptions]
+    ) -> list[ResultRun[Out_co]]:
         """Enqueue many jobs in one round trip; handles come in the order of ``inputs``."""
         from cyclone import _insert
 
         return await _insert.enqueue(client, None, self, list(inputs), options)
 
     async def enqueue_many_tx(
-        self, client: Client, tx: Tx, inputs: Sequence[In], **options: Any
-    ) -> list[ResultRun[Out]]:
+        self,
+        client: Client,
+        tx: Tx,
+        inputs: Sequence[In_contra],
+        **options: Unpack[EnqueueManyOptions],
+    ) -> list[ResultRun[Out_co]]:
         """``enqueue_many`` in the caller's open transaction ``tx``."""
         from cyclone import _insert
 
         return await _insert.enqueue(client, tx, self, list(inputs), options)
 
 
-class Step(Kind[In, Out]):
+class Step(Kind[In_contra, Out_co]):
     """A kind with its handler: ``async def handler(ctx, input) -> output``.
 
     Calling the step calls the handler, which is handy in unit tests.
@@ -97,7 +109,7 @@ class Step(Kind[In, Out]):
     def __init__(
         self,
         name: str,
-        handler: Handler[In, Out],
+        handler: Handler[In_contra, Out_co],
         *,
         queue: str = DEFAULT_QUEUE,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -119,7 +131,7 @@ class Step(Kind[In, Out]):
         self.handler = handler
         self.timeout = None if timeout is None else seconds(timeout, what="timeout")
 
-    async def __call__(self, ctx: Context, input: In) -> Out:
+    async def __call__(self, ctx: Context, input: In_contra) -> Out_co:
         return await self.handler(ctx, input)
 
 
@@ -191,15 +203,45 @@ def action(
     return decorate
 
 
+@overload
 def register_kind(
     name: str,
     input_type: type[In],
-    output_type: type[Out] | None,
+    output_type: None,
+    *,
+    queue: str = ...,
+    max_attempts: int = ...,
+    priority: int = ...,
+) -> Kind[In, None]: ...
+@overload
+def register_kind(
+    name: str,
+    input_type: type[In],
+    output_type: type[Out],
+    *,
+    queue: str = ...,
+    max_attempts: int = ...,
+    priority: int = ...,
+) -> Kind[In, Out]: ...
+@overload
+def register_kind(
+    name: str,
+    input_type: Any,
+    output_type: Any,
+    *,
+    queue: str = ...,
+    max_attempts: int = ...,
+    priority: int = ...,
+) -> Kind[Any, Any]: ...
+def register_kind(
+    name: str,
+    input_type: Any,
+    output_type: Any,
     *,
     queue: str = DEFAULT_QUEUE,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     priority: int = 0,
-) -> Kind[In, Out]:
+) -> Kind[Any, Any]:
     """Declare a kind without a handler, for a process that only enqueues it."""
     return Kind(
         name, input_type, output_type, queue=queue, max_attempts=max_attempts, priority=priority

@@ -1,6 +1,8 @@
-"""Enqueue and submit options: checked, normalised, and ready for SQL.
+"""Enqueue and submit options: typed for the caller, checked, normalised, and ready for SQL.
 
-Every check runs before any database write, so a bad option never leaves a row behind.
+The ``TypedDict`` classes tell a type checker the options each call takes (``**options:
+Unpack[EnqueueOptions]``); ``parse`` checks the values at run time all the same. Every check
+runs before any database write, so a bad option never leaves a row behind.
 """
 
 from __future__ import annotations
@@ -8,12 +10,41 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
+from typing import TypedDict
 
 from cyclone._errors import InvalidInputError
 from cyclone._keys import validate_key
 
 _QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _INT32 = 2**31 - 1
+
+
+class SubmitOptions(TypedDict, total=False):
+    """Options of a workflow submit (``submit``, ``submit_once`` and their ``_tx`` forms).
+
+    ``process_at`` is an aware datetime; ``process_in`` a timedelta or seconds; ``priority``
+    an int (higher first); ``run_deadline`` an aware datetime by which the run must end.
+    """
+
+    process_at: dt.datetime
+    process_in: dt.timedelta | float
+    priority: int
+    run_deadline: dt.datetime
+
+
+class EnqueueManyOptions(SubmitOptions, total=False):
+    """Options of ``enqueue_many``: a submit's, plus ``queue``, ``sequence`` and
+    ``max_attempts`` (``unique`` applies to a single enqueue only)."""
+
+    queue: str
+    sequence: str
+    max_attempts: int
+
+
+class EnqueueOptions(EnqueueManyOptions, total=False):
+    """Options of a single ``enqueue``: ``enqueue_many``'s, plus the ``unique`` key."""
+
+    unique: str
 
 
 def validate_queue(queue: object) -> str:

@@ -10,12 +10,14 @@ import datetime as dt
 import enum
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 if TYPE_CHECKING:
     from cyclone._client import Client
 
 Out = TypeVar("Out")
+# A handle only gives its output out: a ResultRun[bool] is a ResultRun[int].
+Out_co = TypeVar("Out_co", covariant=True)
 
 
 class RunState(enum.StrEnum):
@@ -172,20 +174,32 @@ class Run:
         await self.client._run_retry(self.id, node)
 
 
-class ResultRun(Run, Generic[Out]):
-    """A handle on a run of a result workflow (or a job): ``result()`` gives its output."""
+class ResultRun(Run, Generic[Out_co]):
+    """A handle on a run of a result workflow (or a job): ``result()`` gives its output.
+
+    ``ResultRun(client, run_id, int)`` is a ``ResultRun[int]``; an output type a type checker
+    cannot read as a class (``int | None``) gives ``ResultRun[Any]``, to annotate.
+    """
 
     __slots__ = ("output_type",)
 
+    @overload
+    def __init__(
+        self: ResultRun[Out], client: Client, run_id: uuid.UUID, output_type: type[Out]
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: ResultRun[Any], client: Client, run_id: uuid.UUID, output_type: Any
+    ) -> None: ...
     def __init__(self, client: Client, run_id: uuid.UUID, output_type: Any) -> None:
         super().__init__(client, run_id)
         self.output_type = output_type
 
-    async def result(self, timeout: float | None = None) -> Out:
+    async def result(self, timeout: float | None = None) -> Out_co:
         """Wait for the run and return its typed output.
 
         Raises :class:`RunFailedError`, :class:`RunCancelledError`, or
         :class:`NoOutputError` when the run has no result node.
         """
-        result: Out = await self.client._run_result(self.id, self.output_type, timeout)
+        result: Out_co = await self.client._run_result(self.id, self.output_type, timeout)
         return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from cyclone import _codec
 from cyclone import _queries as db
@@ -25,25 +25,36 @@ from cyclone._insert import (
 from cyclone._keys import validate_key
 from cyclone._kinds import Kind, Step
 from cyclone._notifier import queue_payload
-from cyclone._options import Options, seconds
+from cyclone._options import Options, SubmitOptions, seconds
 from cyclone._recorder import RecordedSubmit, TxRecorder
 from cyclone._run import ResultRun, Run
 from cyclone._wakeups import Tx
 
+if TYPE_CHECKING:
+    from cyclone._client import Client
+
 In = TypeVar("In")
 Out = TypeVar("Out")
+StepIn = TypeVar("StepIn")
+StepOut = TypeVar("StepOut")
+# A node only gives its output out: a Node[bool] can be the result of a workflow of int.
+Out_co = TypeVar("Out_co", covariant=True)
 
-SUBMIT_OPTIONS = frozenset({"process_at", "process_in", "priority", "run_deadline"})
+SUBMIT_OPTIONS = SubmitOptions.__optional_keys__
 _WAIT_QUEUE = "-"  # wait nodes are never claimed; the column wants a value
 _KEY_TRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
-class Node:
-    """A node of a workflow: a step, or a wait node (``kind is None``) completed by a signal."""
+class Node(Generic[Out_co]):
+    """A node of a workflow: a step, or a wait node (``kind is None``) completed by a signal.
+
+    ``Out_co`` is its output type: ``wf.node(step)`` of a ``Step[In, int]`` is a ``Node[int]``,
+    which ``ctx.output(node)`` returns as an ``int``; a wait node is a ``Node[Any]``.
+    """
 
     name: str
-    kind: Kind[Any, Any] | None
+    kind: Kind[Any, Out_co] | None
     after: tuple[str, ...]
     input_fn: Callable[[Any, Mapping[str, Any]], Any] | None = None
     timeout: float | None = None
@@ -57,7 +68,7 @@ class Workflow(Generic[In]):
             raise InvalidInputError(f"a workflow's name must be a non-empty str, got {name!r}")
         self.name = name
         self.input_type = input_type
-        self._nodes: dict[str, Node] = {}
+        self._nodes: dict[str, Node[Any]] = {}
         self._result: str | None = None
 
     def __repr__(self) -> str:
@@ -65,14 +76,32 @@ class Workflow(Generic[In]):
 
     # Definition
 
+    @overload
+    def node(
+        self,
+        step: Kind[In, StepOut],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | str] = ...,
+        input: None = ...,
+    ) -> Node[StepOut]: ...
+    @overload
+    def node(
+        self,
+        step: Kind[StepIn, StepOut],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | str] = ...,
+        input: Callable[[In, Mapping[str, Any]], StepIn],
+    ) -> Node[StepOut]: ...
     def node(
         self,
         step: Kind[Any, Any],
         *,
         name: str | None = None,
-        after: Sequence[Node | str] = (),
+        after: Sequence[Node[Any] | str] = (),
         input: Callable[[Any, Mapping[str, Any]], Any] | None = None,
-    ) -> Node:
+    ) -> Node[Any]:
         """Add a step node running after ``after``; its name defaults to the step's.
 
         The handler gets the workflow input, or ``input(workflow_input, outputs)`` built
@@ -90,8 +119,8 @@ class Workflow(Generic[In]):
         return self._add(Node(name or step.name, step, self._deps(after), input))
 
     def wait(
-        self, name: str, *, after: Sequence[Node | str] = (), timeout: float | None = None
-    ) -> Node:
+        self, name: str, *, after: Sequence[Node[Any] | str] = (), timeout: float | None = None
+    ) -> Node[Any]:
         """Add a wait node: it completes when ``client.signal(run_id, name, payload)`` comes.
 
         With ``timeout`` (seconds after it becomes reachable) it fails when no signal came.
@@ -99,7 +128,7 @@ class Workflow(Generic[In]):
         wait_timeout = None if timeout is None else seconds(timeout, what="timeout")
         return self._add(Node(name, None, self._deps(after), None, wait_timeout))
 
-    def _deps(self, after: Sequence[Node | str]) -> tuple[str, ...]:
+    def _deps(self, after: Sequence[Node[Any] | str]) -> tuple[str, ...]:
         names = []
         for dep in after:
             dep_name = dep.name if isinstance(dep, Node) else dep
@@ -114,7 +143,7 @@ class Workflow(Generic[In]):
             names.append(dep_name)
         return tuple(names)
 
-    def _add(self, node: Node) -> Node:
+    def _add(self, node: Node[Out]) -> Node[Out]:
         if not isinstance(node.name, str) or not node.name or len(node.name) > 200:
             raise InvalidInputError(f"a node name must be a non-empty str, got {node.name!r}")
         if node.name in self._nodes:
@@ -125,11 +154,11 @@ class Workflow(Generic[In]):
     # What workers need
 
     @property
-    def nodes(self) -> list[Node]:
+    def nodes(self) -> list[Node[Any]]:
         """The nodes, in definition (topological) order."""
         return list(self._nodes.values())
 
-    def get_node(self, name: str) -> Node | None:
+    def get_node(self, name: str) -> Node[Any] | None:
         """The node named ``name``, if this definition has it."""
         return self._nodes.get(name)
 
@@ -147,18 +176,20 @@ class Workflow(Generic[In]):
 
     # Submitting
 
-    async def submit(self, client: Any, input: In, **options: Any) -> Run:
+    async def submit(self, client: Client, input: In, **options: Unpack[SubmitOptions]) -> Run:
         """Submit a new run in Cyclone's own transaction and wake workers after commit."""
         run, _ = await self._submit(client, None, None, input, options)
         return run
 
-    async def submit_tx(self, client: Any, tx: Tx, input: In, **options: Any) -> Run:
+    async def submit_tx(
+        self, client: Client, tx: Tx, input: In, **options: Unpack[SubmitOptions]
+    ) -> Run:
         """Submit a new run in the caller's open transaction ``tx``."""
         run, _ = await self._submit(client, tx, None, input, options)
         return run
 
     async def submit_once(
-        self, client: Any, key: str, input: In, **options: Any
+        self, client: Client, key: str, input: In, **options: Unpack[SubmitOptions]
     ) -> tuple[Run, bool]:
         """Submit the one run of ``key``; ``created`` is True only for the call that made it.
 
@@ -167,12 +198,12 @@ class Workflow(Generic[In]):
         return await self._submit(client, None, validate_key(key), input, options)
 
     async def submit_once_tx(
-        self, client: Any, tx: Tx, key: str, input: In, **options: Any
+        self, client: Client, tx: Tx, key: str, input: In, **options: Unpack[SubmitOptions]
     ) -> tuple[Run, bool]:
         """``submit_once`` in the caller's open transaction ``tx``."""
         return await self._submit(client, tx, validate_key(key), input, options)
 
-    def _handle(self, client: Any, run_id: uuid.UUID) -> Run:
+    def _handle(self, client: Client, run_id: uuid.UUID) -> Run:
         return Run(client, run_id)
 
     def _result_node(self) -> str | None:
@@ -180,7 +211,7 @@ class Workflow(Generic[In]):
 
     async def _submit(
         self,
-        client: Any,
+        client: Client,
         tx: Tx | TxRecorder | None,
         key: str | None,
         input: In,
@@ -240,7 +271,7 @@ class Workflow(Generic[In]):
 
     async def _insert(
         self,
-        client: Any,
+        client: Client,
         conn: db.Conn,
         key: str | None,
         encoded: str,
@@ -285,7 +316,7 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
         super().__init__(name, input_type)
         self.output_type = output_type
 
-    def set_result(self, node: Node) -> None:
+    def set_result(self, node: Node[Out]) -> None:
         """Make ``node`` (a step node of this workflow) the run's result."""
         if not isinstance(node, Node) or self._nodes.get(node.name) is not node:
             raise UnknownKindError(f"{node!r} is not a node of workflow {self.name!r}")
@@ -301,23 +332,27 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
             raise InvalidInputError(f"result workflow {self.name!r} has no result node set")
         return self._result
 
-    def _handle(self, client: Any, run_id: uuid.UUID) -> ResultRun[Out]:
+    def _handle(self, client: Client, run_id: uuid.UUID) -> ResultRun[Out]:
         return ResultRun(client, run_id, self.output_type)
 
-    async def submit(self, client: Any, input: In, **options: Any) -> ResultRun[Out]:
+    async def submit(
+        self, client: Client, input: In, **options: Unpack[SubmitOptions]
+    ) -> ResultRun[Out]:
         """Submit a new run; ``await run.result()`` gives the typed result."""
         run = await super().submit(client, input, **options)
         assert isinstance(run, ResultRun)
         return run
 
-    async def submit_tx(self, client: Any, tx: Tx, input: In, **options: Any) -> ResultRun[Out]:
+    async def submit_tx(
+        self, client: Client, tx: Tx, input: In, **options: Unpack[SubmitOptions]
+    ) -> ResultRun[Out]:
         """Submit a new run in the caller's transaction."""
         run = await super().submit_tx(client, tx, input, **options)
         assert isinstance(run, ResultRun)
         return run
 
     async def submit_once(
-        self, client: Any, key: str, input: In, **options: Any
+        self, client: Client, key: str, input: In, **options: Unpack[SubmitOptions]
     ) -> tuple[ResultRun[Out], bool]:
         """The one run of ``key``, with a typed result."""
         run, created = await super().submit_once(client, key, input, **options)
@@ -325,7 +360,7 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
         return run, created
 
     async def submit_once_tx(
-        self, client: Any, tx: Tx, key: str, input: In, **options: Any
+        self, client: Client, tx: Tx, key: str, input: In, **options: Unpack[SubmitOptions]
     ) -> tuple[ResultRun[Out], bool]:
         """``submit_once`` in the caller's transaction, with a typed result."""
         run, created = await super().submit_once_tx(client, tx, key, input, **options)
@@ -348,8 +383,12 @@ def define(name: str, input_type: Any) -> Workflow[Any]:
     return Workflow(name, input_type)
 
 
+@overload
 def define_result(
     name: str, input_type: type[In], output_type: type[Out]
-) -> ResultWorkflow[In, Out]:
+) -> ResultWorkflow[In, Out]: ...
+@overload
+def define_result(name: str, input_type: Any, output_type: Any) -> ResultWorkflow[Any, Any]: ...
+def define_result(name: str, input_type: Any, output_type: Any) -> ResultWorkflow[Any, Any]:
     """Define a workflow with a typed result; pick the result node with ``set_result``."""
     return ResultWorkflow(name, input_type, output_type)

@@ -342,6 +342,17 @@ async def test_unknown_run_is_not_found(cyclone_env: CycloneEnv) -> None:
         await cyclone_env.client.get_run(uuid.uuid4())
 
 
+async def test_get_run_with_an_output_type_gives_a_result_handle(cyclone_env: CycloneEnv) -> None:
+    run = await count_up.enqueue(cyclone_env.client, 41)
+    await cyclone_env.drain(steps=[count_up])
+    assert type(await cyclone_env.client.get_run(run.id)) is cyclone.Run
+    typed = await cyclone_env.client.get_run(run.id, int)
+    assert isinstance(typed, cyclone.ResultRun)
+    assert await typed.result(timeout=60) == 42
+    with pytest.raises(cyclone.RunNotFoundError):
+        await cyclone_env.client.get_run(uuid.uuid4(), int)
+
+
 @cyclone.step("unique.fails", max_attempts=1)
 async def always_fails(ctx: cyclone.Context, n: int) -> int:
     raise RuntimeError("no")

@@ -1,0 +1,89 @@
+"""Handlers: dependency outputs, the completion transaction, completion enqueues, the test kit."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, assert_type
+
+import asyncpg
+import msgspec
+
+import cyclone
+import cyclone.testing
+
+
+class Order(msgspec.Struct):
+    order_id: int
+    cents: int
+
+
+@cyclone.step("order.charge")
+async def charge(ctx: cyclone.Context, order: Order) -> int:
+    return order.cents
+
+
+@cyclone.step("order.receipt")
+async def receipt(ctx: cyclone.Context, order: Order) -> str:
+    return "ok"
+
+
+checkout = cyclone.define_result("checkout", Order, int)
+charged = checkout.node(charge)
+checkout.node(receipt, after=[charged])
+checkout.set_result(charged)
+plain = cyclone.define("plain", Order)
+
+
+async def in_a_handler(ctx: cyclone.Context, client: cyclone.Client, order: Order) -> None:
+    assert_type(await ctx.output(charged), int)
+    assert_type(await ctx.output("order.charge"), Any)
+    conn = await ctx.completion_tx()
+    assert_type(conn, asyncpg.pool.PoolConnectionProxy)
+    assert_type(await conn.execute("SELECT 1"), str)
+    assert_type(
+        await cyclone.enqueue_completion(ctx, client, charge, order, priority=1),
+        cyclone.ResultRun[int],
+    )
+    assert_type(
+        await cyclone.submit_completion(ctx, client, checkout, order), cyclone.ResultRun[int]
+    )
+    assert_type(await cyclone.submit_completion(ctx, client, plain, order), cyclone.Run)
+    assert_type(ctx.run_id, uuid.UUID)
+    assert_type(ctx.node, str | None)
+    assert_type(ctx.attempt, int)
+
+
+async def wrong_in_a_handler(ctx: cyclone.Context, client: cyclone.Client, order: Order) -> None:
+    text: str = await ctx.output(charged)  # type: ignore[arg-type]
+    await ctx.output(3)  # type: ignore[call-overload]
+    await cyclone.enqueue_completion(ctx, client, charge, order, priority="high")  # type: ignore[arg-type]
+    await cyclone.submit_completion(ctx, client, checkout, order, queue="q")  # type: ignore[call-overload]
+    await cyclone.enqueue_completion(ctx, client, charge, "order")  # type: ignore[misc]
+    del text
+
+
+async def unit_test() -> None:
+    recorder = cyclone.testing.TxRecorder()
+    ctx = cyclone.testing.new_context(completion_tx=recorder, outputs={"order.charge": 5})
+    assert_type(ctx, cyclone.Context)
+    assert_type(await charge(ctx, Order(1, 5)), int)
+    assert_type(recorder.enqueued, list[cyclone.testing.RecordedEnqueue])
+    assert_type(recorder.submitted, list[cyclone.testing.RecordedSubmit])
+    assert_type(recorder.queries, list[cyclone.testing.RecordedQuery])
+    assert_type(recorder.enqueued[0].run_id, uuid.UUID)
+    cyclone.testing.new_context(completion_tx=object())  # type: ignore[arg-type]
+    cyclone.testing.new_context(attempt="1")  # type: ignore[arg-type]
+
+
+async def runs(client: cyclone.Client, run_id: uuid.UUID) -> None:
+    assert_type(cyclone.ResultRun(client, run_id, int), cyclone.ResultRun[int])
+    assert_type(cyclone.ResultRun(client, run_id, list[Order]), cyclone.ResultRun[list[Order]])
+    assert_type(cyclone.ResultRun(client, run_id, int | None), cyclone.ResultRun[Any])
+    assert_type(await client.get_run(run_id), cyclone.Run)
+    assert_type(await client.get_run(run_id, Order), cyclone.ResultRun[Order])
+    assert_type(await (await client.get_run(run_id, int)).result(), int)
+    assert_type(await (await client.get_run(run_id)).wait(), cyclone.RunState)
+    # A handle of a narrower output stands where a wider one is wanted (a bool is an int).
+    wide: cyclone.ResultRun[int] = cyclone.ResultRun(client, run_id, bool)
+    del wide
+    (await client.get_run(run_id)).result()  # type: ignore[attr-defined]

@@ -1,0 +1,104 @@
+"""Workflows: nodes carry their step's output type, result nodes and submits are checked."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any, assert_type
+
+import msgspec
+
+import cyclone
+
+
+class Order(msgspec.Struct):
+    order_id: int
+    cents: int
+
+
+@cyclone.step("order.reserve")
+async def reserve(ctx: cyclone.Context, order: Order) -> str:
+    return "north"
+
+
+@cyclone.step("order.charge")
+async def charge(ctx: cyclone.Context, order: Order) -> int:
+    return order.cents
+
+
+@cyclone.step("order.label")
+async def label(ctx: cyclone.Context, warehouse: str) -> bytes:
+    return warehouse.encode()
+
+
+@cyclone.step("order.big")
+async def is_big(ctx: cyclone.Context, order: Order) -> bool:
+    return order.cents > 100
+
+
+def to_warehouse(order: Order, outputs: Mapping[str, Any]) -> str:
+    return str(outputs["order.reserve"])
+
+
+checkout = cyclone.define_result("checkout", Order, int)
+reserved = checkout.node(reserve)
+charged = checkout.node(charge, after=[reserved])
+labelled = checkout.node(label, after=[reserved], input=to_warehouse)
+waited = checkout.wait("approved", after=[charged], timeout=60.0)
+checkout.set_result(charged)
+
+plain = cyclone.define("plain", Order)
+
+# A node of a narrower output type can be the result (a bool is an int).
+sized = cyclone.define_result("sized", Order, int)
+sized.set_result(sized.node(is_big))
+
+
+def nodes() -> None:
+    assert_type(checkout, cyclone.ResultWorkflow[Order, int])
+    assert_type(plain, cyclone.Workflow[Order])
+    assert_type(reserved, cyclone.Node[str])
+    assert_type(charged, cyclone.Node[int])
+    assert_type(labelled, cyclone.Node[bytes])
+    assert_type(waited, cyclone.Node[Any])
+    assert_type(checkout.get_node("order.charge"), cyclone.Node[Any] | None)
+    assert_type(cyclone.define_result("r", Order, int | None), cyclone.ResultWorkflow[Any, Any])
+
+
+def wrong_nodes() -> None:
+    checkout.set_result(reserved)  # type: ignore[arg-type]
+    checkout.node(label)  # type: ignore[arg-type]
+    checkout.node(charge, input=to_warehouse)  # type: ignore[arg-type]
+    checkout.node(charge, after=[1])  # type: ignore[list-item]
+
+
+async def submits(client: cyclone.Client, tx: cyclone.Tx, order: Order) -> None:
+    assert_type(await checkout.submit(client, order), cyclone.ResultRun[int])
+    assert_type(await checkout.submit_tx(client, tx, order), cyclone.ResultRun[int])
+    assert_type(await checkout.submit_once(client, "k", order), tuple[cyclone.ResultRun[int], bool])
+    assert_type(
+        await checkout.submit_once_tx(client, tx, "k", order), tuple[cyclone.ResultRun[int], bool]
+    )
+    assert_type(await plain.submit(client, order), cyclone.Run)
+    assert_type(await plain.submit_once(client, "k", order), tuple[cyclone.Run, bool])
+    assert_type(await cyclone.submit_tx(client, tx, checkout, order), cyclone.ResultRun[int])
+    assert_type(await cyclone.submit_tx(client, tx, plain, order), cyclone.Run)
+    run = await checkout.submit(
+        client,
+        order,
+        process_at=dt.datetime.now(dt.UTC),
+        priority=1,
+        run_deadline=dt.datetime.now(dt.UTC),
+    )
+    assert_type(await run.result(timeout=5), int)
+    options: cyclone.SubmitOptions = {"process_in": dt.timedelta(minutes=1)}
+    await plain.submit_once(client, "k", order, **options)
+
+
+async def wrong_submits(client: cyclone.Client, tx: cyclone.Tx, order: Order) -> None:
+    await checkout.submit(client, order, priority="high")  # type: ignore[arg-type]
+    await checkout.submit(client, order, queue="orders")  # type: ignore[call-arg]
+    await plain.submit_once(client, "k", order, unique="k")  # type: ignore[call-arg]
+    await plain.submit(client, {"order_id": 1})  # type: ignore[arg-type]
+    await cyclone.submit_tx(client, tx, plain, order, max_attempts=3)  # type: ignore[call-overload]
+    await plain.submit(None, order)  # type: ignore[arg-type]
