@@ -180,6 +180,9 @@ def _queues(text: str | None) -> dict[str, int] | None:
     type=click.IntRange(2),
     help="Pool size (default: the queue limits' sum, one per queue, and 4 more).",
 )
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve /metrics here.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option("--queue-metrics", is_flag=True, help="Also the database-wide gauges (one process).")
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -188,13 +191,20 @@ def worker(
     poll_interval: float,
     shutdown_timeout: float,
     max_connections: int | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    queue_metrics: bool,
 ) -> None:
     """Run a worker for TARGET (MODULE:OBJECT) until SIGINT or SIGTERM.
 
     OBJECT is a step, a workflow, a list of them, or a function that takes the client and
     returns a Worker (configured there: --queues, --poll-interval and --shutdown-timeout do
     not apply to it). A first signal stops gracefully; a second stops at once.
+    --metrics-port serves Prometheus metrics (the prometheus extra); --queue-metrics adds the
+    database-wide gauges, to enable in one process per database.
     """
+    if queue_metrics and metrics_port is None:
+        raise Failure("--queue-metrics needs --metrics-port")
     obj = _load(target)
     limits = _queues(queues)
     factory = callable(obj) and not isinstance(obj, Step | Workflow)
@@ -243,11 +253,31 @@ def worker(
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
+        server = None
+        if metrics_port is not None:
+            try:
+                from cyclone.prometheus import serve_metrics
+            except ImportError:
+                raise Failure(
+                    "--metrics-port needs: pip install 'cyclone-pg[prometheus]'"
+                ) from None
+            try:
+                server = serve_metrics(
+                    client, metrics_port, host=metrics_host, queue_metrics=queue_metrics
+                )
+            except OSError as exc:
+                raise Failure(
+                    f"cannot serve metrics on {metrics_host}:{metrics_port}: {exc}"
+                ) from None
+            url = f"http://{metrics_host}:{server.server_port}/metrics"
+            click.echo(f"cyclone: metrics on {url}", err=True)
         await w.start()
         click.echo(f"cyclone: worker {w.id} running; Ctrl-C stops it", err=True)
         await stop.wait()
         click.echo("cyclone: stopping gracefully (again to stop now)", err=True)
         await w.stop()
+        if server is not None:
+            server.shutdown()
 
     _run(_with_client(ctx, go, connections=max_connections))
 
@@ -426,6 +456,8 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         "blocking",
         "oldest wait",
         "done/min",
+        "workers",
+        "unserved",
     )
     for r in rows:
         oldest = "" if r.oldest_seconds is None else f"{r.oldest_seconds:.1f}s"
@@ -439,6 +471,8 @@ def stats(ctx: click.Context, as_json: bool) -> None:
             str(r.blocking),
             oldest,
             str(r.completed_last_minute),
+            str(r.workers),
+            str(r.unserved),
         )
     console.print(table)
 
