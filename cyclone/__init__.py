@@ -41,6 +41,7 @@ from cyclone._run import (
     RunPage,
     RunQuery,
     RunState,
+    UnservedWork,
 )
 from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups
 from cyclone._worker import Worker, exponential_backoff
@@ -89,6 +90,7 @@ __all__ = [
     "TrackedTransaction",
     "Tx",
     "UnknownKindError",
+    "UnservedWork",
     "Wakeups",
     "Worker",
     "Workflow",

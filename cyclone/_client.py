@@ -37,6 +37,7 @@ from cyclone._run import (
     RunPage,
     RunQuery,
     RunState,
+    UnservedWork,
 )
 from cyclone._sql import Queries
 from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
@@ -81,6 +82,7 @@ class Retention:
 
 
 _WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notifications do
+_DIAGNOSE_TIMEOUT = 2.0  # seconds a timed-out wait spends finding what holds the run up
 _PURGE_BATCH = 1000
 _MIGRATE_TRIES = 5
 _T = TypeVar("_T")
@@ -175,10 +177,22 @@ class Client:
                 # another order; PostgreSQL aborts one side, and both sides try again.
                 if attempt == _MIGRATE_TRIES:
                     raise
-                logger.warning("cyclone: migrating met a deadlock; trying again")
+                logger.warning(
+                    "migrating schema %s met a deadlock with running workers; trying again "
+                    "(%d of %d)",
+                    self.schema,
+                    attempt + 1,
+                    _MIGRATE_TRIES,
+                    extra={"schema": self.schema},
+                )
                 await asyncio.sleep(0.05 * attempt)
         if applied:
-            logger.info("cyclone: applied migrations %s", applied, extra={"schema": self.schema})
+            logger.info(
+                "applied migrations %s to schema %s",
+                applied,
+                self.schema,
+                extra={"schema": self.schema},
+            )
         return applied
 
     async def check_schema(self) -> None:
@@ -281,7 +295,7 @@ class Client:
                 await db.wakeup_notify(conn, self.queries, self.channel, payloads)
         except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
             logger.warning(
-                "cyclone: publishing %d wakeups failed (%s); polling will pick the work up",
+                "publishing %d wakeups failed (%s); polling will pick the work up",
                 len(payloads),
                 exc,
             )
@@ -375,7 +389,20 @@ class Client:
         """Live work per queue, for dashboards and ``cyclone stats``."""
         async with self._acquire() as conn:
             rows = await db.stats_queues(conn, self.queries)
-        return [QueueStats(**dict(r)) for r in rows]
+            unserved = await db.stats_unserved(conn, self.queries)
+        work: dict[str, list[UnservedWork]] = {}
+        for u in unserved:
+            work.setdefault(u["queue"], []).append(
+                UnservedWork(kind=u["kind"], workflow=u["workflow"], count=u["count"])
+            )
+        return [
+            QueueStats(
+                **dict(r),
+                unserved=sum(w.count for w in work.get(r["queue"], ())),
+                unserved_work=work.get(r["queue"], []),
+            )
+            for r in rows
+        ]
 
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output.
@@ -415,29 +442,62 @@ class Client:
         read: Callable[[uuid.UUID], Awaitable[tuple[RunState, _T]]],
     ) -> tuple[RunState, _T]:
         """``read`` the run until its state is terminal; woken by the run's end notification,
-        polled with a growing delay (at most ``_WAIT_POLL_MAX``) as the floor."""
-        async with asyncio.timeout(timeout):
-            event = None
-            if self.notify:
-                self._notifier.acquire()
-                event = self._notifier.watch_run(run_id)
-            try:
-                delay = 0.05
-                while True:
-                    state, found = await read(run_id)
-                    if state.terminal:
-                        return state, found
-                    if event is None:
-                        await asyncio.sleep(delay)
-                    else:
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(event.wait(), delay)
-                        event.clear()
-                    delay = min(delay * 2, _WAIT_POLL_MAX)
-            finally:
-                if event is not None:
-                    self._notifier.unwatch_run(run_id, event)
-                    await asyncio.shield(self._notifier.release())
+        polled with a growing delay (at most ``_WAIT_POLL_MAX``) as the floor.
+
+        When ``timeout`` passes, the builtin :class:`TimeoutError` says which run, and what
+        holds it up if no live worker serves some of its claimable work.
+        """
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                return await self._poll_until_ended(run_id, read)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # from the read itself, not our deadline
+            raise TimeoutError(await self._timeout_message(run_id, timeout)) from None
+
+    async def _timeout_message(self, run_id: uuid.UUID, timeout: float | None) -> str:
+        message = f"run {run_id} did not end within {timeout:g} s"
+        try:
+            async with asyncio.timeout(_DIAGNOSE_TIMEOUT), self._acquire() as conn:
+                rows = await db.run_unserved(conn, self.queries, run_id)
+        except (*db.DATABASE_ERRORS, InvalidStateError, TimeoutError) as exc:
+            return f"{message} (what holds it up is unknown: {exc!r})"
+        blocked = [
+            (f"node {r['node']!r} ({r['kind']})" if r["node"] else f"job {r['kind']!r}")
+            + f" on queue {r['queue']!r}"
+            for r in rows
+        ]
+        if len(blocked) == 1:
+            message += f": {blocked[0]} is available and no live worker serves it"
+        elif blocked:
+            message += f": {', '.join(blocked)} are available and no live worker serves them"
+        return message
+
+    async def _poll_until_ended(
+        self, run_id: uuid.UUID, read: Callable[[uuid.UUID], Awaitable[tuple[RunState, _T]]]
+    ) -> tuple[RunState, _T]:
+        event = None
+        if self.notify:
+            self._notifier.acquire()
+            event = self._notifier.watch_run(run_id)
+        try:
+            delay = 0.05
+            while True:
+                state, found = await read(run_id)
+                if state.terminal:
+                    return state, found
+                if event is None:
+                    await asyncio.sleep(delay)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(event.wait(), delay)
+                    event.clear()
+                delay = min(delay * 2, _WAIT_POLL_MAX)
+        finally:
+            if event is not None:
+                self._notifier.unwatch_run(run_id, event)
+                await asyncio.shield(self._notifier.release())
 
     async def _run_info(self, run_id: uuid.UUID) -> RunInfo:
         async with self._acquire() as conn:

@@ -47,6 +47,11 @@ class Claimed:
     input: str
     deps: str | None
     trace: str | None = None
+    worker: str = ""
+
+    def __str__(self) -> str:
+        """``attempt 2/5 of order.reserve (run ..., node reserve)``, for log messages."""
+        return describe_attempt(self.attempt, self.max_attempts, self.kind, self.run_id, self.node)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -64,14 +69,24 @@ class Claimed:
         }
 
     def log_fields(self) -> dict[str, Any]:
-        """Structured fields for log records."""
+        """Structured fields for log records (``extra``): the keys docs/observability.md lists."""
         return {
             "run_id": str(self.run_id),
-            "step": self.kind,
+            "kind": self.kind,
             "node": self.node,
             "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
             "queue": self.queue,
+            "worker": self.worker,
         }
+
+
+def describe_attempt(
+    attempt: int, max_attempts: int, kind: str, run_id: uuid.UUID, node: str | None
+) -> str:
+    """How log messages name an attempt: ``attempt 2/5 of order.reserve (run ..., node x)``."""
+    where = "" if node is None else f", node {node}"
+    return f"attempt {attempt}/{max_attempts} of {kind} (run {run_id}{where})"
 
 
 def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = None) -> str:
@@ -190,7 +205,13 @@ class Completer:
                 if attempt == _WRITE_TRIES:
                     raise
                 logger.warning(
-                    "cyclone: writing %d completions failed (%s); retrying", len(group), exc
+                    "writing %d completions (first: %s) failed: %s; trying again (%d of %d)",
+                    len(group),
+                    group[0].claimed,
+                    exc,
+                    attempt + 1,
+                    _WRITE_TRIES,
+                    extra={**group[0].claimed.log_fields(), "count": len(group)},
                 )
                 await asyncio.sleep(0.1 * 2**attempt)
         raise AssertionError("unreachable")

@@ -1,8 +1,8 @@
 """Maintenance: the housekeeping every worker does on its own timer.
 
 Each pass reclaims tasks whose lease expired (their worker died or stalled), fails last
-attempts that expired, runs past their deadline and wait nodes past their timeout, reports
-queue depth to observers and, with a client ``retention``, purges old terminal runs. Every
+attempts that expired, runs past their deadline and wait nodes past their timeout and, with
+a client ``retention``, purges old terminal runs. Every
 step is safe to run from many workers at once: each statement locks what it changes, skips
 what another holds, and re-checks its condition under the lock.
 """
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from cyclone import _codec, _transitions
 from cyclone import _queries as db
+from cyclone._completer import describe_attempt
 
 if TYPE_CHECKING:
     from cyclone._client import Client
@@ -33,14 +34,12 @@ async def run_once(client: Client, *, worker_id: str, limit: int = 100) -> None:
             await _expire(client, conn, effects, limit=limit, log=log)
     finally:  # what committed is announced even if a later step of the pass failed
         client._publish(effects.payloads())
-    if client.observers.want_queue_stats:
-        client.observers.queue_stats(await client.stats())
     if client.retention is not None:
         purged = await client._purge(
             client.retention.ages(), client.retention.batch, batches=_PURGE_BATCHES_PER_PASS
         )
         if purged:
-            logger.info("cyclone: retention purged %d runs", purged, extra=log)
+            logger.info("worker %s: retention purged %d runs", worker_id, purged, extra=log)
 
 
 async def _expire(
@@ -60,7 +59,13 @@ async def _expire(
     for row in reclaimed:
         if row["queue"] is not None:  # None: parked, its run having failed
             effects.queues.add(row["queue"])
-        logger.warning("cyclone: reclaimed task %s after its lease expired", row["id"], extra=log)
+        logger.warning(
+            "%s: its lease expired (worker %s stopped renewing it); %s",
+            _attempt(row),
+            row["lost_by"],
+            "it is available again" if row["queue"] else "parked, its run having failed",
+            extra={**_fields(row), **log},
+        )
     for row in await db.task_expired_exhausted(conn, q, limit):
         error = _codec.encode_plain(
             {
@@ -70,7 +75,7 @@ async def _expire(
             }
         )
         async with conn.transaction():
-            _, more = await _transitions.fail_node_or_job(
+            owned, more = await _transitions.fail_node_or_job(
                 conn,
                 q,
                 task_id=row["id"],
@@ -81,19 +86,57 @@ async def _expire(
                 expired_only=True,  # read without a lock: the lease may be renewed
             )
         effects.merge(more)
+        if not owned:  # renewed or handled meanwhile
+            continue
+        logger.error(
+            "%s: its lease expired (worker %s stopped renewing it); no attempts left, so the "
+            "run fails",
+            _attempt(row),
+            row["worker"],
+            extra={**_fields(row), **log},
+        )
     for row in await db.run_deadline_due(conn, q, limit):
         error = _codec.encode_plain(
             {"type": "DeadlineExceeded", "message": "the run passed its deadline"}
         )
         async with conn.transaction():
-            effects.merge(
-                await _transitions.expire_deadline(conn, q, row["id"], error, job=row["job"])
+            ended = await _transitions.expire_deadline(conn, q, row["id"], error, job=row["job"])
+        effects.merge(ended)
+        if ended.ended:
+            logger.warning(
+                "run %s passed its run_deadline: it fails",
+                row["id"],
+                extra={"run_id": str(row["id"]), **log},
             )
     for row in await db.wait_expire_due(conn, q, limit):
         error = _codec.encode_plain(
             {"type": "WaitTimeout", "message": f"wait node {row['node']!r} timed out"}
         )
         async with conn.transaction():
-            effects.merge(
-                await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
+            ended = await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
+        effects.merge(ended)
+        if ended.ended:
+            logger.warning(
+                "wait node %r of run %s timed out without a signal: the run fails",
+                row["node"],
+                row["run_id"],
+                extra={"run_id": str(row["run_id"]), "node": row["node"], **log},
             )
+
+
+def _attempt(row: db.Record) -> str:
+    return describe_attempt(
+        row["attempt"], row["max_attempts"], row["kind"], row["run_id"], row["node"]
+    )
+
+
+def _fields(row: db.Record) -> dict[str, object]:
+    """The log fields of an attempt found by maintenance (``worker`` is the one doing it)."""
+    return {
+        "run_id": str(row["run_id"]),
+        "kind": row["kind"],
+        "node": row["node"],
+        "attempt": row["attempt"],
+        "max_attempts": row["max_attempts"],
+        "queue": row["queue"],
+    }

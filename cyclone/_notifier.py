@@ -139,11 +139,24 @@ class Notifier:
                 self._connected.set()
                 self._wake_everyone()
                 await lost.wait()
-                logger.warning("cyclone: LISTEN connection lost; reconnecting")
+                logger.warning(
+                    "LISTEN connection on channel %s lost; reconnecting in %.3g s (polling "
+                    "picks up work meanwhile)",
+                    self._channel,
+                    self._retry_delay,
+                    extra={"channel": self._channel},
+                )
             except asyncio.CancelledError:
                 raise
             except DATABASE_ERRORS as exc:
-                logger.warning("cyclone: LISTEN connection failed (%s); retrying", exc)
+                logger.warning(
+                    "LISTEN connection on channel %s failed: %s; trying again in %.3g s "
+                    "(polling picks up work meanwhile)",
+                    self._channel,
+                    exc,
+                    self._retry_delay,
+                    extra={"channel": self._channel},
+                )
             finally:
                 self._connected.clear()
                 if conn is not None:

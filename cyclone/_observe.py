@@ -1,7 +1,9 @@
 """Hooks for metrics and tracing: what the client and its workers report, and to whom.
 
-An :class:`Observer` gets told about enqueues, claims, outcomes and reclaims, and may wrap
-enqueues and handler runs in spans. ``cyclone.prometheus`` and ``cyclone.otel`` are the two
+An :class:`Observer` gets told about enqueues, claims, outcomes and reclaims (what this
+process did), and may wrap enqueues and handler runs in spans. Database-wide figures (queue
+depth, unserved work) are not an observer's: ``cyclone.prometheus.QueueCollector`` reads
+them at scrape time. ``cyclone.prometheus`` and ``cyclone.otel`` are the two
 that ship; ``client.observe(observer)`` installs one. A failing observer is logged and never
 breaks the work it observes.
 """
@@ -12,8 +14,6 @@ import contextlib
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
-
-from cyclone._run import QueueStats
 
 logger = logging.getLogger("cyclone")
 
@@ -38,9 +38,6 @@ class Observer:
 
     def reclaimed(self, count: int) -> None:
         """Maintenance made ``count`` tasks with expired leases available again."""
-
-    def queue_stats(self, stats: list[QueueStats]) -> None:
-        """The live work per queue, read by each worker's maintenance pass."""
 
     def trace_context(self) -> dict[str, str] | None:
         """A carrier for the current trace, stored with runs enqueued now."""
@@ -70,7 +67,7 @@ class Observers(Observer):
             try:
                 getattr(member, hook)(*args)
             except Exception:  # an observer must never break the work it observes
-                logger.exception("cyclone: observer %r failed in %s", member, hook)
+                logger.exception("observer %r failed in %s; skipped", member, hook)
 
     def enqueued(self, kind: str, queue: str, count: int) -> None:
         self._each("enqueued", kind, queue, count)
@@ -84,21 +81,13 @@ class Observers(Observer):
     def reclaimed(self, count: int) -> None:
         self._each("reclaimed", count)
 
-    def queue_stats(self, stats: list[QueueStats]) -> None:
-        self._each("queue_stats", stats)
-
-    @property
-    def want_queue_stats(self) -> bool:
-        """Whether a member takes queue stats (worth the query maintenance runs for them)."""
-        return any(type(m).queue_stats is not Observer.queue_stats for m in self.members)
-
     def trace_context(self) -> dict[str, str] | None:
         carrier: dict[str, str] = {}
         for member in self.members:
             try:
                 carrier.update(member.trace_context() or {})
             except Exception:  # an observer must never break the work it observes
-                logger.exception("cyclone: observer %r failed in trace_context", member)
+                logger.exception("observer %r failed in trace_context; skipped", member)
         return carrier or None
 
     def enqueue_span(  # type: ignore[override]
@@ -122,7 +111,7 @@ class Observers(Observer):
                 try:
                     stack.enter_context(getattr(member, hook)(*args))
                 except Exception:  # skip the span it could not open; the work goes on
-                    logger.exception("cyclone: observer %r failed in %s", member, hook)
+                    logger.exception("observer %r failed in %s; skipped", member, hook)
             yield
 
 

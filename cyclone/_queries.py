@@ -367,8 +367,38 @@ async def run_edges(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
 
 
 async def stats_queues(conn: Conn, q: Queries) -> list[Record]:
-    """Per-queue counts by state, oldest wait and last minute's completions."""
+    """Per-queue counts by state, oldest wait, last minute's completions and live workers."""
     return await conn.fetch(q["stats_queues"])
+
+
+async def stats_unserved(conn: Conn, q: Queries) -> list[Record]:
+    """Claimable tasks no live worker serves: (queue, kind, workflow, count)."""
+    return await conn.fetch(q["stats_unserved"])
+
+
+async def run_unserved(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
+    """A run's claimable tasks that no live worker serves: (node, kind, queue)."""
+    return await conn.fetch(q["run_unserved"], run_id)
+
+
+async def worker_present(
+    conn: Conn,
+    q: Queries,
+    worker: str,
+    host: str,
+    pid: int,
+    queues: Sequence[str],
+    kinds: Sequence[str],
+    workflows: Sequence[str],
+    ttl: float,
+) -> None:
+    """Record ``worker`` as live for ``ttl`` seconds with what it claims; sweep expired rows."""
+    await conn.execute(q["worker_present"], worker, host, pid, queues, kinds, workflows, ttl)
+
+
+async def worker_leave(conn: Conn, q: Queries, worker: str) -> None:
+    """Remove ``worker``'s presence row."""
+    await conn.execute(q["worker_leave"], worker)
 
 
 async def wakeup_notify(conn: Conn, q: Queries, channel: str, payloads: Sequence[str]) -> None:

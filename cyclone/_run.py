@@ -78,11 +78,22 @@ class RunInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class UnservedWork:
+    """Claimable tasks of one kind (and workflow, for nodes) that no live worker serves."""
+
+    kind: str
+    workflow: str | None  # None: standalone jobs
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """One queue's live work: tasks by state, the oldest wait, the last minute's throughput.
 
     ``expired`` counts running tasks whose lease ran out (their worker is gone or stalled);
-    ``blocking`` counts failed sequenced jobs holding up their sequence.
+    ``blocking`` counts failed sequenced jobs holding up their sequence. ``workers`` counts
+    the live workers claiming from the queue; ``unserved`` the claimable tasks that none of
+    them serves (kind or workflow not given to any), detailed in ``unserved_work``.
     """
 
     queue: str
@@ -93,6 +104,9 @@ class QueueStats:
     blocking: int
     oldest_seconds: float | None
     completed_last_minute: int
+    workers: int = 0
+    unserved: int = 0
+    unserved_work: list[UnservedWork] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

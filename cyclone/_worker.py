@@ -29,9 +29,10 @@ from cyclone import _maintenance as maintenance
 from cyclone import _queries as db
 from cyclone._completer import Claimed, Completer, error_record
 from cyclone._context import CompletionTx, Context, Snooze
-from cyclone._errors import InvalidInputError
+from cyclone._errors import InvalidInputError, InvalidStateError
 from cyclone._kinds import Step
 from cyclone._options import seconds, validate_int, validate_queue
+from cyclone._workflow import defined_workflows
 
 if TYPE_CHECKING:
     from cyclone._client import Client
@@ -40,6 +41,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cyclone")
 
 DEFAULT_CONCURRENCY = 10
+# A worker's presence row counts as live for this many heartbeats after its last write.
+PRESENCE_BEATS = 3
+# Warnings about a worker's configuration already given in this process, said once each.
+_WARNED: set[str] = set()
 
 
 def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0) -> float:
@@ -100,6 +105,7 @@ class Worker:
         self._workflows: dict[str, Workflow[Any]] = {}
         for s in steps:
             self._add_step(s)
+        given = dict(self._steps)  # the steps= themselves, apart from the workflows' steps
         for wf in workflows:
             if wf.name in self._workflows and self._workflows[wf.name] is not wf:
                 raise InvalidInputError(f"two workflows named {wf.name!r}")
@@ -116,6 +122,7 @@ class Worker:
             name: _Queue(validate_queue(name), validate_int(n, what=f"{name!r} limit", low=1))
             for name, n in queues.items()
         }
+        self._check_served(given)
         self.poll_interval = seconds(poll_interval, what="poll_interval")
         self.lease = seconds(lease, what="lease")
         self.heartbeat = seconds(heartbeat, what="heartbeat") if heartbeat else self.lease / 3
@@ -150,6 +157,43 @@ class Worker:
             raise InvalidInputError(f"two different steps are named {s.name!r}")
         self._steps[s.name] = s
 
+    def _check_served(self, given: Mapping[str, Step[Any, Any]]) -> None:
+        """Refuse what this worker could never claim; warn (once) about what it may not mean.
+
+        A queue in ``queues=`` that no step uses is allowed: jobs enqueued with ``queue=``
+        run there.
+        """
+        for step in given.values():
+            if step.queue not in self._queues:
+                raise InvalidInputError(
+                    f"step {step.name!r} runs on queue {step.queue!r}, which queues= leaves "
+                    f"out: add {_entries([step.queue])} to queues=, or leave queues= unset"
+                )
+        for wf in self._workflows.values():
+            used_queues = {s.queue for s in wf.steps()}
+            missing = sorted(used_queues - set(self._queues))
+            if missing and len(missing) == len(used_queues):
+                raise InvalidInputError(
+                    f"workflow {wf.name!r} runs on {_names('queue', missing)}, which queues= "
+                    f"leaves out: add {_entries(missing)} to queues=, or leave queues= unset"
+                )
+            if missing:
+                _warn_once(
+                    f"worker serves workflow {wf.name!r} but queues= leaves out its "
+                    f"{_names('queue', missing)}: those nodes wait for another worker with "
+                    f"workflows=[{wf.name}] that claims from them"
+                )
+        for wf in defined_workflows():
+            if wf.name in self._workflows:
+                continue
+            used = sorted({n.kind.name for n in wf.nodes if n.kind is not None} & set(given))
+            if used:
+                _warn_once(
+                    f"worker serves {_names('step', used)} but not workflow {wf.name!r}, "
+                    f"which uses {'it' if len(used) == 1 else 'them'}: its nodes wait for "
+                    f"a worker with workflows=[{wf.name}]"
+                )
+
     def __repr__(self) -> str:
         return f"<cyclone.Worker {self.id} queues={sorted(self._queues)}>"
 
@@ -163,6 +207,8 @@ class Worker:
             await _schema.wait_until_migrated(self.client.pool, self.client.queries)
         else:
             await self.client.check_schema()
+        async with self.client._acquire() as conn:  # visible in stats once start() returns
+            await self._present(conn)
         self._started = True
         loop = asyncio.get_running_loop()
         self._completer.start()
@@ -179,8 +225,11 @@ class Worker:
             loop.create_task(self._maintain(), name="cyclone-maintenance"),
         ]
         logger.info(
-            "cyclone: worker %s started",
+            "worker %s started: queues %s; kinds %s; workflows %s",
             self.id,
+            ", ".join(f"{q.name}={q.limit}" for q in self._queues.values()),
+            ", ".join(self._kinds),
+            ", ".join(self._workflow_names) or "none",
             extra={"worker": self.id, "queues": sorted(self._queues)},
         )
 
@@ -212,7 +261,8 @@ class Worker:
         if self._unsubscribe is not None:
             self._unsubscribe()
             await self.client._notifier.release()
-        logger.info("cyclone: worker %s stopped", self.id, extra={"worker": self.id})
+        await self._leave()
+        logger.info("worker %s stopped", self.id, extra={"worker": self.id})
 
     async def run(self) -> None:
         """Run until cancelled, then shut down gracefully."""
@@ -282,10 +332,12 @@ class Worker:
                 except db.DATABASE_ERRORS as exc:
                     queue.last_claim_full = False  # back off to the poll while it is down
                     logger.warning(
-                        "cyclone: claiming from %s failed: %s",
+                        "worker %s: claiming from queue %r failed: %s; trying again at the "
+                        "next poll",
+                        self.id,
                         queue.name,
                         exc,
-                        extra={"queue": queue.name},
+                        extra={"worker": self.id, "queue": queue.name},
                     )
             if queue.last_claim_full and queue.running < queue.limit:
                 continue  # more is waiting and there is room: claim again at once
@@ -329,6 +381,7 @@ class Worker:
                 input=row["input"],
                 deps=row["deps"],
                 trace=row["trace"],
+                worker=self.id,
             )
             queue.running += 1
             task = loop.create_task(
@@ -352,8 +405,9 @@ class Worker:
                 raise
         except Exception:
             logger.exception(
-                "cyclone: writing the outcome of task %s failed",
-                claimed.id,
+                "%s: writing its outcome failed; the lease will run out and the attempt is "
+                "then reclaimed",
+                claimed,
                 extra=claimed.log_fields(),
             )
         finally:
@@ -397,7 +451,7 @@ class Worker:
             )
         except Snooze as snooze:
             await completion.rollback()
-            logger.info("cyclone: snoozed for %.3f s", snooze.delay, extra=log)
+            logger.info("%s snoozed for %.3g s", claimed, snooze.delay, extra=log)
             await self._completer.retry(claimed, delay=snooze.delay, error=None, refund=True)
             return "snoozed"
         except asyncio.CancelledError:
@@ -409,7 +463,12 @@ class Worker:
                 await asyncio.shield(
                     self._completer.retry(claimed, delay=0, error=None, refund=True)
                 )
-            logger.info("cyclone: handler cancelled (%s)", reason or "task cancelled", extra=log)
+            if reason == "shutdown":
+                logger.info(
+                    "%s interrupted by shutdown; handed back to its queue", claimed, extra=log
+                )
+            elif reason is None:
+                logger.info("%s cancelled", claimed, extra=log)
             raise
         except Exception as exc:
             await completion.rollback()
@@ -420,10 +479,14 @@ class Worker:
         else:
             accepted = await self._completer.complete(claimed, output)
         if accepted:
-            logger.debug("cyclone: completed", extra=log)
+            logger.debug("%s completed", claimed, extra=log)
             return "completed"
         logger.warning(
-            "cyclone: completion rejected: the attempt no longer owns its task", extra=log
+            "%s returned; completion rejected and rolled back: the attempt no longer "
+            "owns its task (the run was cancelled, or the lease expired and another "
+            "worker took the task over)",
+            claimed,
+            extra=log,
         )
         return "rejected"
 
@@ -469,52 +532,94 @@ class Worker:
         self, claimed: Claimed, exc: BaseException, log: dict[str, Any], *, kind: str | None
     ) -> str:
         error = error_record(claimed, exc, kind=kind)
+        what = (
+            f"timed out after {self._steps[claimed.kind].timeout:g} s"
+            if kind
+            else (f"failed: {type(exc).__name__}: {exc}")
+        )
         if claimed.attempt < claimed.max_attempts:
             delay = self.backoff(claimed.attempt)
-            logger.warning(
-                "cyclone: attempt failed (%s: %s); retrying in %.3f s",
-                kind or type(exc).__name__,
-                exc,
-                delay,
-                extra=log,
-            )
+            logger.warning("%s %s; retrying in %.2f s", claimed, what, delay, extra=log)
             await self._completer.retry(claimed, delay=delay, error=error, refund=False)
             return "retried"
-        else:
-            logger.error(
-                "cyclone: last attempt failed (%s: %s)", kind or type(exc).__name__, exc, extra=log
-            )
-            await self._completer.fail(claimed, error)
-            return "failed"
+        logger.error(
+            "%s %s; no attempts left, so the run fails", claimed, what, exc_info=exc, extra=log
+        )
+        await self._completer.fail(claimed, error)
+        return "failed"
 
     # Leases
 
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat)
-            running = list(self._running.values())
-            if not running:
-                continue
             try:
-                async with self.client._acquire() as conn:
-                    owned = await db.task_heartbeat(
-                        conn,
-                        self.client.queries,
-                        [r.claimed.run_id for r in running],
-                        [r.claimed.id for r in running],
-                        [r.claimed.claims for r in running],
-                        self.lease,
-                    )
+                await self._beat()
             except db.DATABASE_ERRORS as exc:
-                logger.warning("cyclone: heartbeat failed: %s", exc, extra={"worker": self.id})
-                continue
-            for r in running:
-                if r.finishing:
-                    continue  # its completion may have deleted the task just now
-                if r.claimed.key not in owned and self._running.get(r.claimed.key) is r:
-                    # Cancelled run, reclaimed lease or expired deadline: stop the handler.
-                    r.reason = "lost"
-                    r.task.cancel()
+                logger.warning(
+                    "worker %s: heartbeat failed: %s; trying again in %.3g s",
+                    self.id,
+                    exc,
+                    self.heartbeat,
+                    extra={"worker": self.id},
+                )
+
+    async def _beat(self) -> None:
+        """Record this worker as live, renew its leases, and stop handlers that lost theirs."""
+        running = list(self._running.values())
+        async with self.client._acquire() as conn:
+            await self._present(conn)
+            if not running:
+                return
+            owned = await db.task_heartbeat(
+                conn,
+                self.client.queries,
+                [r.claimed.run_id for r in running],
+                [r.claimed.id for r in running],
+                [r.claimed.claims for r in running],
+                self.lease,
+            )
+        lost = []
+        for r in running:
+            if r.finishing:
+                continue  # its completion may have deleted the task just now
+            if r.claimed.key not in owned and self._running.get(r.claimed.key) is r:
+                # Cancelled run, reclaimed lease or expired deadline: stop the handler.
+                r.reason = "lost"
+                r.task.cancel()
+                lost.append(r.claimed)
+        for claimed in lost:  # rare: worth a read to say why
+            async with self.client._acquire() as conn:
+                state = await db.run_status(conn, self.client.queries, claimed.run_id)
+            _log_lost(claimed, state)
+
+    async def _present(self, conn: db.Conn) -> None:
+        """Record this worker as live for a few more heartbeats, with what it claims."""
+        await db.worker_present(
+            conn,
+            self.client.queries,
+            self.id,
+            socket.gethostname(),
+            os.getpid(),
+            sorted(self._queues),
+            self._kinds,
+            self._workflow_names,
+            self.heartbeat * PRESENCE_BEATS,
+        )
+
+    async def _leave(self) -> None:
+        """Remove this worker's presence row (it would expire by itself anyway)."""
+        try:
+            async with self.client._acquire() as conn:
+                await db.worker_leave(conn, self.client.queries, self.id)
+        except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
+            logger.warning(
+                "worker %s: removing its presence row failed: %s; it expires in %.3g s",
+                self.id,
+                exc,
+                self.heartbeat * PRESENCE_BEATS,
+                extra={"worker": self.id},
+            )
 
     # Maintenance
 
@@ -524,9 +629,52 @@ class Worker:
             try:
                 await self.maintain_once()
             except db.DATABASE_ERRORS as exc:
-                logger.warning("cyclone: maintenance failed: %s", exc, extra={"worker": self.id})
+                logger.warning(
+                    "worker %s: maintenance pass failed: %s; trying again in %.3g s",
+                    self.id,
+                    exc,
+                    self.maintenance_interval,
+                    extra={"worker": self.id},
+                )
 
     async def maintain_once(self, limit: int = 100) -> None:
         """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, and
         (with a client ``retention``) delete terminal runs old enough."""
         await maintenance.run_once(self.client, worker_id=self.id, limit=limit)
+
+
+def _names(word: str, names: Sequence[str]) -> str:
+    """``queue 'mail'``, or ``queues 'mail', 'bulk'``."""
+    return f"{word}{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}"
+
+
+def _entries(queues: Sequence[str]) -> str:
+    """``"mail": N, "bulk": N``: what to add to ``queues=``."""
+    return ", ".join(f'"{q}": N' for q in queues)
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning(message)
+
+
+def _log_lost(claimed: Claimed, state: str | None) -> None:
+    """Say why a running attempt lost its task: its run ended, or its lease was taken over."""
+    log = claimed.log_fields()
+    if state in ("cancelled", "failed"):
+        logger.info(
+            "%s stopped: its run is %s (cancelled, past its deadline, or another node failed)",
+            claimed,
+            state,
+            extra=log,
+        )
+    else:
+        logger.warning(
+            "%s lost its lease: it ran out before this worker renewed it, and the task went "
+            "back to its queue; the handler is cancelled and its writes rolled back (a "
+            "handler that blocks the event loop delays renewals: move blocking work to a "
+            "thread)",
+            claimed,
+            extra=log,
+        )

@@ -8,6 +8,7 @@ it keeps the graph it was submitted with when a later deploy changes the definit
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
@@ -43,6 +44,14 @@ Out_co = TypeVar("Out_co", covariant=True)
 SUBMIT_OPTIONS = SubmitOptions.__optional_keys__
 _WAIT_QUEUE = "-"  # wait nodes are never claimed; the column wants a value
 _KEY_TRIES = 3
+# Every workflow this process defined, for the worker's check that a step it serves is not
+# also a node of a workflow it was not given (whose nodes it would then never claim).
+_DEFINED: weakref.WeakSet[Workflow[Any]] = weakref.WeakSet()
+
+
+def defined_workflows() -> list[Workflow[Any]]:
+    """The workflows defined in this process so far, by name."""
+    return sorted(_DEFINED, key=lambda wf: wf.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +79,7 @@ class Workflow(Generic[In]):
         self.input_type = input_type
         self._nodes: dict[str, Node[Any]] = {}
         self._result: str | None = None
+        _DEFINED.add(self)
 
     def __repr__(self) -> str:
         return f"<cyclone.{type(self).__name__} {self.name!r} nodes={list(self._nodes)}>"

@@ -331,6 +331,9 @@ async def _unless_stopped(stop: asyncio.Event, work: Awaitable[None]) -> bool:
     envvar="CYCLONE_WAIT_FOR_MIGRATIONS",
     help="On an unmigrated schema, wait until `cyclone migrate` has run (default: exit 1).",
 )
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve /metrics here.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option("--queue-metrics", is_flag=True, help="Also the database-wide gauges (one process).")
 @_connection_options(top=False)
 @click.pass_context
 def worker(
@@ -341,6 +344,9 @@ def worker(
     shutdown_timeout: float,
     max_connections: int | None,
     wait_for_migrations: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    queue_metrics: bool,
 ) -> None:
     """Run a worker for TARGET (MODULE:OBJECT) until SIGINT or SIGTERM.
 
@@ -348,7 +354,11 @@ def worker(
     the client and returns a Worker (configured there: --queues, --poll-interval and
     --shutdown-timeout do not apply to it). MODULE is imported with the current directory
     first on sys.path. A first signal stops gracefully; a second stops at once.
+    --metrics-port serves Prometheus metrics (the prometheus extra); --queue-metrics adds the
+    database-wide gauges, to enable in one process per database.
     """
+    if queue_metrics and metrics_port is None:
+        raise Failure("--queue-metrics needs --metrics-port")
     found = _target(target, _load(target))
     limits = _queues(queues)
     if callable(found):
@@ -401,11 +411,31 @@ def worker(
             if not await _unless_stopped(stop, ready):
                 return
         w = await build(client)
+        server = None
+        if metrics_port is not None:
+            try:
+                from cyclone.prometheus import serve_metrics
+            except ImportError:
+                raise Failure(
+                    "--metrics-port needs: pip install 'cyclone-pg[prometheus]'"
+                ) from None
+            try:
+                server = serve_metrics(
+                    client, metrics_port, host=metrics_host, queue_metrics=queue_metrics
+                )
+            except OSError as exc:
+                raise Failure(
+                    f"cannot serve metrics on {metrics_host}:{metrics_port}: {exc}"
+                ) from None
+            url = f"http://{metrics_host}:{server.server_port}/metrics"
+            click.echo(f"cyclone: metrics on {url}", err=True)
         await w.start()  # refuses a schema that is not this package's
         click.echo(f"cyclone: worker {w.id} running; Ctrl-C stops it", err=True)
         await stop.wait()
         click.echo("cyclone: stopping gracefully (again to stop now)", err=True)
         await w.stop()
+        if server is not None:
+            server.shutdown()
 
     _run(_with_client(ctx, go, connections=max_connections, check=False))
 
@@ -623,6 +653,8 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         "blocking",
         "oldest wait",
         "done/min",
+        "workers",
+        "unserved",
     )
     for r in rows:
         oldest = "" if r.oldest_seconds is None else f"{r.oldest_seconds:.1f}s"
@@ -636,6 +668,8 @@ def stats(ctx: click.Context, as_json: bool) -> None:
             str(r.blocking),
             oldest,
             str(r.completed_last_minute),
+            str(r.workers),
+            str(r.unserved),
         )
     console.print(table)
 

@@ -433,7 +433,7 @@ ORDER BY deadline LIMIT $1;
 -- available at once, the lost attempt recorded as an error; parked instead if their run
 -- failed meanwhile, as in task_retry_many.
 WITH expired AS (
-    SELECT t.run_id, t.id, r.state = 'pending' AS open,
+    SELECT t.run_id, t.id, r.state = 'pending' AS open, coalesce(t.worker, '?') AS lost_by,
            t.errors || jsonb_build_object(
                'attempt', t.attempt, 'type', 'LeaseExpired', 'at', now(),
                'message', 'the lease expired: worker ' || coalesce(t.worker, '?')
@@ -447,7 +447,7 @@ WITH expired AS (
 ), parked AS (
     DELETE FROM __schema__.cyclone_tasks t USING expired e
     WHERE t.run_id = e.run_id AND t.id = e.id AND NOT e.open
-    RETURNING t.id, t.run_id, t.node, t.attempt, e.errors
+    RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, e.errors, e.lost_by
 ), park AS (
     UPDATE __schema__.cyclone_steps s
     SET state = 'pending', attempts = p.attempt, errors = p.errors
@@ -459,15 +459,16 @@ WITH expired AS (
         errors = e.errors
     FROM expired e
     WHERE t.run_id = e.run_id AND t.id = e.id AND e.open
-    RETURNING t.id, t.queue
+    RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.queue, e.lost_by
 )
-SELECT id, queue FROM reclaimed
+SELECT id, run_id, node, kind, attempt, max_attempts, queue, lost_by FROM reclaimed
 UNION ALL
-SELECT id, NULL FROM parked;
+SELECT id, run_id, node, kind, attempt, max_attempts, NULL, lost_by FROM parked;
 
 -- name: task_expired_exhausted
 -- Tasks whose lease expired on their last attempt: the caller fails them as any last attempt.
-SELECT id, claims, run_id, node, attempt, worker FROM __schema__.cyclone_tasks
+SELECT id, claims, run_id, node, kind, queue, attempt, max_attempts, worker
+FROM __schema__.cyclone_tasks
 WHERE state = 'running' AND lease_until < now() AND attempt >= max_attempts
 ORDER BY id LIMIT $1;
 
@@ -718,8 +719,9 @@ SELECT count(*)::int FROM runs;
 SELECT parent, child FROM __schema__.cyclone_edges WHERE run_id = $1 ORDER BY parent, child;
 
 -- name: stats_queues
--- Per queue: tasks by state, how long the oldest claimable task has waited, and the steps
--- completed in the last minute (jobs from runs, workflow nodes from steps).
+-- Per queue: tasks by state, how long the oldest claimable task has waited, the steps
+-- completed in the last minute (jobs from runs, workflow nodes from steps), and the live
+-- workers claiming from it. A queue with live workers and no work has a row of zeros.
 WITH live AS (
     SELECT queue,
         count(*) FILTER (WHERE state = 'available' AND available_at <= now()) AS available,
@@ -739,14 +741,82 @@ WITH live AS (
         WHERE state = 'completed' AND kind IS NOT NULL
           AND finished_at > now() - interval '1 minute'
     ) f GROUP BY queue
+), served AS (
+    SELECT q AS queue, count(*) AS workers
+    FROM __schema__.cyclone_workers w, unnest(w.queues) AS q
+    WHERE w.expires_at > now()
+    GROUP BY q
+), queues AS (
+    SELECT queue FROM live UNION SELECT queue FROM done UNION SELECT queue FROM served
 )
-SELECT coalesce(l.queue, d.queue) AS queue,
+SELECT q.queue,
     coalesce(l.available, 0)::int AS available, coalesce(l.scheduled, 0)::int AS scheduled,
     coalesce(l.running, 0)::int AS running, coalesce(l.expired, 0)::int AS expired,
     coalesce(l.blocking, 0)::int AS blocking, l.oldest_seconds::float8 AS oldest_seconds,
-    coalesce(d.completed, 0)::int AS completed_last_minute
-FROM live l FULL JOIN done d ON d.queue = l.queue
+    coalesce(d.completed, 0)::int AS completed_last_minute,
+    coalesce(s.workers, 0)::int AS workers
+FROM queues q
+LEFT JOIN live l ON l.queue = q.queue
+LEFT JOIN done d ON d.queue = q.queue
+LEFT JOIN served s ON s.queue = q.queue
 ORDER BY 1;
+
+-- name: stats_unserved
+-- Claimable tasks that no live worker serves, by queue, kind and workflow (NULL for jobs).
+-- A worker serves a task by the rules of task_claim: its queue, its kind and, for a node,
+-- its workflow (the same test as run_unserved). Tasks are grouped before the workers are
+-- consulted, so the cost is one pass over the claimable tasks; a node's workflow is read
+-- by key, run by run, never by scanning the run history.
+WITH claimable AS (
+    SELECT t.queue, t.kind,
+        CASE WHEN t.node IS NOT NULL THEN
+            (SELECT r.name FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+        END AS workflow,
+        count(*)::int AS count
+    FROM __schema__.cyclone_tasks t
+    WHERE t.state = 'available' AND t.available_at <= now()
+    GROUP BY 1, 2, 3
+)
+SELECT c.queue, c.kind, c.workflow, c.count FROM claimable c
+WHERE NOT EXISTS (
+    SELECT 1 FROM __schema__.cyclone_workers w
+    WHERE w.expires_at > now() AND c.queue = ANY (w.queues) AND c.kind = ANY (w.kinds)
+      AND (c.workflow IS NULL OR c.workflow = ANY (w.workflows)))
+ORDER BY 1, 2, 3;
+
+-- name: run_unserved
+-- A run's claimable tasks that no live worker serves (the test of stats_unserved), to say
+-- what a run.wait() that timed out was waiting for.
+SELECT t.node, t.kind, t.queue
+FROM __schema__.cyclone_tasks t
+JOIN __schema__.cyclone_runs r ON r.id = t.run_id
+WHERE t.run_id = $1 AND t.state = 'available' AND t.available_at <= now()
+  AND NOT EXISTS (
+    SELECT 1 FROM __schema__.cyclone_workers w
+    WHERE w.expires_at > now() AND t.queue = ANY (w.queues) AND t.kind = ANY (w.kinds)
+      AND (t.node IS NULL OR r.name = ANY (w.workflows)))
+ORDER BY t.id;
+
+-- name: worker_present
+-- Record this worker as live for $7 more seconds, with what it claims, and delete the rows
+-- of other workers that expired (died or stalled): one statement per heartbeat. No WAL
+-- flush wait: a row lost in a crash is written again by the next heartbeat.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+), swept AS (
+    DELETE FROM __schema__.cyclone_workers WHERE expires_at < now() AND id <> $1
+)
+INSERT INTO __schema__.cyclone_workers AS w
+    (id, host, pid, queues, kinds, workflows, expires_at)
+SELECT $1, $2, $3, $4::text[], $5::text[], $6::text[], now() + make_interval(secs => $7)
+FROM async_commit
+ON CONFLICT (id) DO UPDATE
+SET seen_at = now(), expires_at = excluded.expires_at, queues = excluded.queues,
+    kinds = excluded.kinds, workflows = excluded.workflows;
+
+-- name: worker_leave
+-- A worker stopping gracefully removes its row.
+DELETE FROM __schema__.cyclone_workers WHERE id = $1;
 
 -- name: wakeup_notify
 -- One NOTIFY per payload, sent by Cyclone on its own connection, never in a caller's

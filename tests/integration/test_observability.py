@@ -1,7 +1,11 @@
-"""Metrics and traces: Prometheus counts after a workload, one trace from enqueue to handler."""
+"""Metrics and traces: Prometheus counts after a workload, database-wide gauges scraped once
+over HTTP, one trace from enqueue to handler."""
 
 from __future__ import annotations
 
+import asyncio
+import urllib.request
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -10,10 +14,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 import cyclone
 from cyclone.otel import OpenTelemetryTracing
-from cyclone.prometheus import PrometheusMetrics
+from cyclone.prometheus import PrometheusMetrics, QueueCollector, serve_metrics
 from cyclone.testing.plugin import CycloneEnv
 
 seen: dict[str, int] = {}
@@ -34,6 +39,15 @@ async def work(ctx: cyclone.Context, mode: str) -> str:
 @cyclone.step("obs.parked", queue="obs_idle")
 async def parked(ctx: cyclone.Context, n: int) -> None:
     return None
+
+
+def scrape(url: str) -> dict[str, list[Any]]:
+    """Each metric family's samples, from a real HTTP scrape (blocking: run it in a thread)."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    names = Counter(f.name for f in text_string_to_metric_families(text))
+    assert max(names.values()) == 1, names  # no family is exported twice
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
 async def test_prometheus_counts_a_workload(cyclone_env: CycloneEnv) -> None:
@@ -67,15 +81,8 @@ async def test_prometheus_counts_a_workload(cyclone_env: CycloneEnv) -> None:
     assert value("cyclone_reclaimed_total") == 1
     assert value("cyclone_handler_seconds_count", **kind) == 11
     assert value("cyclone_claim_seconds_count", queue="obs") >= 1
-    assert value("cyclone_queue_depth", queue="obs", state="available") == 1
-    # A queue whose last task went without completing drops out of the stats: its gauge
-    # must go to 0, not keep its last value.
-    idle = await parked.enqueue(client, 1)
-    await cyclone_env.worker(steps=[work]).maintain_once()
-    assert value("cyclone_queue_depth", queue="obs_idle", state="available") == 1
-    await idle.cancel()
-    await cyclone_env.worker(steps=[work]).maintain_once()
-    assert value("cyclone_queue_depth", queue="obs_idle", state="available") == 0
+    # Database-wide gauges are not a per-process observer's (QueueCollector has them).
+    assert value("cyclone_queue_depth", queue="obs", state="available") is None
 
 
 class Exploding(cyclone.Observer):
@@ -126,25 +133,46 @@ async def test_handler_span_joins_the_enqueuing_trace(cyclone_env: CycloneEnv) -
     assert handler.attributes is not None and handler.attributes["cyclone.run_id"] == str(run.id)
 
 
-class Tracing(cyclone.Observer):
-    """Takes spans only, like OpenTelemetryTracing."""
-
-
-async def test_maintenance_reads_stats_only_for_an_observer_that_takes_them(
-    cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_queue_gauges_come_once_from_the_collector(cyclone_env: CycloneEnv) -> None:
     client = cyclone_env.client
-    real, reads = client.stats, []
+    registry = CollectorRegistry()
+    server = serve_metrics(client, 0, queue_metrics=True, registry=registry)
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    try:
+        await work.enqueue_many(client, ["ok"] * 3, process_in=3600)
+        await parked.enqueue(client, 1)  # on a queue no worker claims from
+        # Two workers in this process, each reporting to the client's observers: the
+        # database-wide gauges still come once, from the one collector.
+        async with cyclone_env.worker(steps=[work]), cyclone_env.worker(steps=[work]):
+            families = await asyncio.to_thread(scrape, url)
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for samples in families.values()
+            for s in samples
+        }
 
-    async def counted() -> list[cyclone.QueueStats]:
-        reads.append(1)
-        return await real()
+        def gauge(name: str, **labels: str) -> float:
+            return samples[(name, tuple(sorted(labels.items())))]
 
-    monkeypatch.setattr(client, "stats", counted)
-    worker = cyclone_env.worker(steps=[work])
-    client.observe(Tracing())
-    await worker.maintain_once()
-    assert reads == []  # spans only: no stats query on every maintenance pass
-    client.observe(PrometheusMetrics(CollectorRegistry()))
-    await worker.maintain_once()
-    assert reads == [1]
+        assert gauge("cyclone_queue_depth", queue="obs", state="scheduled") == 3
+        assert gauge("cyclone_queue_depth", queue="obs_idle", state="available") == 1
+        assert gauge("cyclone_queue_workers", queue="obs") == 2
+        assert gauge("cyclone_queue_workers", queue="obs_idle") == 0
+        assert gauge("cyclone_queue_oldest_available_seconds", queue="obs_idle") >= 0
+        assert (
+            gauge("cyclone_queue_unserved", queue="obs_idle", kind="obs.parked", workflow="") == 1
+        )
+        assert gauge("cyclone_queue_stats_up") == 1
+        # The worker's own counters are on the same endpoint, once.
+        assert "cyclone_claim_seconds" in families
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_collector_reports_a_failed_read(cyclone_env: CycloneEnv) -> None:
+    registry = CollectorRegistry()
+    QueueCollector(cyclone_env.client, registry=registry)
+    # Scraped from the event loop's own thread, it cannot wait for the read: it says so.
+    assert registry.get_sample_value("cyclone_queue_stats_up") == 0
+    assert await asyncio.to_thread(registry.get_sample_value, "cyclone_queue_stats_up") == 1

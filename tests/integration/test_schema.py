@@ -8,7 +8,14 @@ import pytest
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
 
-TABLES = {"cyclone_runs", "cyclone_steps", "cyclone_edges", "cyclone_tasks", "cyclone_migrations"}
+TABLES = {
+    "cyclone_runs",
+    "cyclone_steps",
+    "cyclone_edges",
+    "cyclone_tasks",
+    "cyclone_workers",
+    "cyclone_migrations",
+}
 INDEXES = {
     "cyclone_runs_pkey",
     "idx_runs_submit_key",
@@ -23,6 +30,8 @@ INDEXES = {
     "idx_tasks_claim",
     "idx_tasks_lease",
     "idx_tasks_sequence",
+    "cyclone_workers_pkey",
+    "idx_workers_expires",
     "cyclone_migrations_pkey",
 }
 
