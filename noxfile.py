@@ -46,6 +46,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmark suite: Cyclone against the raw-SQL floor on one server."""
-    session.install("-e", ".[test]")
+    """The benchmarks: Cyclone beside the raw-SQL floors, PgQueuer and Procrastinate on one
+    server (``nox -s bench -- --quick``, ``-- --only drain,stale``, ``-- --rounds 3``)."""
+    session.install("-e", ".[test,bench]")
     session.run("python", "-m", "benchmarks", *session.posargs)
