@@ -100,7 +100,8 @@ flow.node(node_c, name="c", after=[_b])
 
 async def enqueue_ledgered(client: cyclone.Client, item: Job, *, flows: bool) -> None:
     """Enqueue one job (or submit one flow) and its ledger row in one transaction."""
-    async with client.pool.acquire() as conn, conn.transaction():
+    # A tracked transaction: its wakeups go out after the commit, so workers claim at once.
+    async with client.pool.acquire() as raw, client.transaction(raw) as conn:
         if flows:
             run = await flow.submit_tx(client, conn, item)
         else:
