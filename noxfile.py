@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s lint typecheck tests examples docs bench``."""
+"""Developer sessions: ``nox -s lint typecheck tests examples docs bench chaos``."""
 
 from __future__ import annotations
 
@@ -50,3 +50,11 @@ def bench(session: nox.Session) -> None:
     server (``nox -s bench -- --quick``, ``-- --only drain,stale``, ``-- --rounds 3``)."""
     session.install("-e", ".[test,bench]")
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+@nox.session
+def chaos(session: nox.Session) -> None:
+    """The fault-injection suite (tests/chaos): own PostgreSQL clusters, worker processes, an
+    exact ledger. Durations from CHAOS_* environment variables (see tests/chaos)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "tests/chaos", *session.posargs)
