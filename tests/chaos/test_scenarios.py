@@ -109,9 +109,10 @@ KILL_CATCHUP = KILL_LEASE + 10.0
 # Today's code misses the recovery target here (throughput comes back at once, but attempts in
 # flight at the fault wait out the 30 s lease): the rollback of a completion transaction whose
 # connection died raises InterfaceError before the outcome is written (issue 13, finding 1), and
-# retry writes are not retried on connection loss (finding 3).
+# retry writes are not retried on connection loss (finding 3). Not strict: whether an attempt
+# is in flight at the fault is chance, so a run can meet the target; the fix removes the mark.
 LEASE_BOUND = pytest.mark.xfail(
-    strict=True,
+    strict=False,
     raises=RecoveryMissed,
     reason="issue 13 findings 1 and 3: attempts in flight at the fault wait for their lease",
 )
