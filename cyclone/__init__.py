@@ -30,13 +30,16 @@ from cyclone._kinds import Kind, Step, action, register_kind, step
 from cyclone._observe import Observer
 from cyclone._run import (
     NodeInfo,
+    NodePayloads,
     QueueStats,
     ResultRun,
     Run,
     RunInfo,
     RunPage,
+    RunPayloads,
     RunQuery,
     RunState,
+    Throughput,
 )
 from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups
 from cyclone._worker import Worker, exponential_backoff
@@ -57,6 +60,7 @@ __all__ = [
     "NoOutputError",
     "Node",
     "NodeInfo",
+    "NodePayloads",
     "NotInTransactionError",
     "Observer",
     "PayloadTooLargeError",
@@ -70,11 +74,13 @@ __all__ = [
     "RunInfo",
     "RunNotFoundError",
     "RunPage",
+    "RunPayloads",
     "RunQuery",
     "RunState",
     "Snooze",
     "Step",
     "SubmitConflictError",
+    "Throughput",
     "TrackedConnection",
     "TrackedTransaction",
     "Tx",
