@@ -126,7 +126,9 @@ async def test_retry_all_goes_through_the_api(cyclone_env: CycloneEnv, make_dash
     async with make_dash() as dash:
         await dash.get(f"/runs/{run_id}")
         node = await dash.post(f"/runs/{run_id}/retry", {"node": "<i>nope</i>"})
-        assert node.status_code == 409 and "has no node &#39;&lt;i&gt;nope&lt;/i&gt;&#39;" in node.text
+        assert (
+            node.status_code == 409 and "has no node &#39;&lt;i&gt;nope&lt;/i&gt;&#39;" in node.text
+        )
         FAILING["charge"] = False
         done = await dash.post(f"/runs/{run_id}/retry", {}, headers={"HX-Request": "true"})
         assert done.status_code == 200
