@@ -19,7 +19,7 @@ import cyclone.web
 from cyclone.testing.plugin import CycloneEnv
 from cyclone.web import _live
 from tests.web.conftest import Dash, Make, failed_run
-from tests.web.flows import FAILING, HOSTILE, STEPS, WORKFLOWS, approval, echo, forever
+from tests.web.flows import FAILING, STEPS, WORKFLOWS, approval, echo, forever
 
 ACTIONS = ["/runs/{id}/retry", "/runs/{id}/cancel", "/runs/{id}/signal", "/runs/bulk"]
 
@@ -297,7 +297,7 @@ async def test_events_stream_a_change_when_work_arrives(cyclone_env: CycloneEnv)
 
 
 def test_options_are_checked(cyclone_env: CycloneEnv) -> None:
-    with pytest.raises(TypeError, match="needs a cyclone.Client"):
+    with pytest.raises(TypeError, match=r"needs a cyclone\.Client"):
         cyclone.web.dashboard(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at least 16 bytes"):
         cyclone.web.dashboard(cyclone_env.client, secret="short")

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import uuid
@@ -71,18 +72,15 @@ class Served:
         await self.worker.start()
         config = uvicorn.Config(
             cyclone.web.dashboard(self.client),
-            host="127.0.0.1",
-            port=0,
             log_level="warning",
             lifespan="off",
             timeout_graceful_shutdown=2,
         )
+        # Listening before uvicorn starts: the browser's first request waits in the backlog.
+        sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         self.server = uvicorn.Server(config)
-        self.serving = asyncio.get_running_loop().create_task(self.server.serve())
-        while not self.server.started:
-            await asyncio.sleep(0.02)  # uvicorn has no started event to await
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        self.serving = asyncio.get_running_loop().create_task(self.server.serve([sock]))
 
     async def _stop(self) -> None:
         self.server.should_exit = True
