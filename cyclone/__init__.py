@@ -45,6 +45,7 @@ from cyclone._run import (
     RunState,
     Throughput,
     UnservedWork,
+    WorkerInfo,
 )
 from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups
 from cyclone._worker import Worker, exponential_backoff
@@ -99,6 +100,7 @@ __all__ = [
     "UnservedWork",
     "Wakeups",
     "Worker",
+    "WorkerInfo",
     "Workflow",
     "action",
     "define",

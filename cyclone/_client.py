@@ -41,6 +41,7 @@ from cyclone._run import (
     RunState,
     Throughput,
     UnservedWork,
+    WorkerInfo,
 )
 from cyclone._sql import Queries
 from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
@@ -396,6 +397,13 @@ class Client:
             )
             for r in rows
         ]
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The live workers of this schema, newest first (``cyclone stats`` counts them per
+        queue; the dashboard lists them)."""
+        async with self._acquire() as conn:
+            rows = await db.worker_list(conn, self.queries)
+        return [WorkerInfo(**dict(r)) for r in rows]
 
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output.

@@ -401,6 +401,11 @@ async def worker_leave(conn: Conn, q: Queries, worker: str) -> None:
     await conn.execute(q["worker_leave"], worker)
 
 
+async def worker_list(conn: Conn, q: Queries) -> list[Record]:
+    """The live workers' presence rows, newest first."""
+    return await conn.fetch(q["worker_list"])
+
+
 async def wakeup_notify(conn: Conn, q: Queries, channel: str, payloads: Sequence[str]) -> None:
     """Send one NOTIFY per payload."""
     await conn.execute(q["wakeup_notify"], channel, payloads)

@@ -87,6 +87,22 @@ class UnservedWork:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker: where it runs, what it claims, when it started and last renewed its
+    presence (once per heartbeat). A worker that stopped renewing for a few heartbeats is no
+    longer listed."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    kinds: list[str]
+    workflows: list[str]
+    started_at: dt.datetime
+    seen_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """One queue's live work: tasks by state, the oldest wait, the last minute's throughput.
 

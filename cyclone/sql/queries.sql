@@ -818,6 +818,13 @@ SET seen_at = now(), expires_at = excluded.expires_at, queues = excluded.queues,
 -- A worker stopping gracefully removes its row.
 DELETE FROM __schema__.cyclone_workers WHERE id = $1;
 
+-- name: worker_list
+-- The live workers, newest first; the few rows of a table swept by every heartbeat.
+SELECT id, host, pid, queues, kinds, workflows, started_at, seen_at
+FROM __schema__.cyclone_workers
+WHERE expires_at >= now()
+ORDER BY started_at DESC, id;
+
 -- name: wakeup_notify
 -- One NOTIFY per payload, sent by Cyclone on its own connection, never in a caller's
 -- transaction.

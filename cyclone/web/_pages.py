@@ -54,9 +54,7 @@ class Pages:
             "queues": queues,
             "minutes": THROUGHPUT_MINUTES,
             "now": now,
-            # HOOK(worker presence): QueueStats/stats() gain the live workers with the worker
-            # registry; until then the overview says where that comes from.
-            "workers": None,
+            "workers": await self.client.workers(),
         }
 
     # Runs
