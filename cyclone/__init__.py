@@ -42,6 +42,13 @@ from cyclone._run import (
     RunQuery,
     RunState,
 )
+from cyclone._scheduler import ScheduleInfo, Schedules
+from cyclone._schedules import (
+    InvalidScheduleError,
+    Schedule,
+    ScheduleNotFoundError,
+    schedule,
+)
 from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups
 from cyclone._worker import Worker, exponential_backoff
 from cyclone._workflow import Node, ResultWorkflow, Workflow, define, define_result
@@ -59,6 +66,7 @@ __all__ = [
     "EnqueueOptions",
     "InvalidInputError",
     "InvalidKeyError",
+    "InvalidScheduleError",
     "InvalidStateError",
     "Kind",
     "NoOutputError",
@@ -79,6 +87,10 @@ __all__ = [
     "RunPage",
     "RunQuery",
     "RunState",
+    "Schedule",
+    "ScheduleInfo",
+    "ScheduleNotFoundError",
+    "Schedules",
     "SchemaNotMigratedError",
     "SchemaVersionError",
     "Snooze",
@@ -102,6 +114,7 @@ __all__ = [
     "enqueue_tx",
     "exponential_backoff",
     "register_kind",
+    "schedule",
     "step",
     "submit_completion",
     "submit_tx",

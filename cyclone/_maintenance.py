@@ -81,6 +81,24 @@ async def _expire(
                 expired_only=True,  # read without a lock: the lease may be renewed
             )
         effects.merge(more)
+    await _expire_overdue(client, conn, effects, limit=limit)
+
+
+async def expire_overdue(client: Client, *, limit: int = 100) -> None:
+    """Fail the runs past their deadline and the wait nodes past their timeout, now: the
+    scheduler's timer calls this when the first of them is due, between maintenance passes."""
+    effects = _transitions.Effects()
+    try:
+        async with client._acquire() as conn:
+            await _expire_overdue(client, conn, effects, limit=limit)
+    finally:
+        client._publish(effects.payloads())
+
+
+async def _expire_overdue(
+    client: Client, conn: db.Conn, effects: _transitions.Effects, *, limit: int
+) -> None:
+    q = client.queries
     for row in await db.run_deadline_due(conn, q, limit):
         error = _codec.encode_plain(
             {"type": "DeadlineExceeded", "message": "the run passed its deadline"}

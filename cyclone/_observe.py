@@ -42,6 +42,10 @@ class Observer:
     def queue_stats(self, stats: list[QueueStats]) -> None:
         """The live work per queue, read by each worker's maintenance pass."""
 
+    def schedule_fired(self, schedule: str, lag: float) -> None:
+        """A worker made the run of one of ``schedule``'s slots, ``lag`` seconds after the
+        slot time (by the database's clock). Triggers are not slots and are not reported."""
+
     def trace_context(self) -> dict[str, str] | None:
         """A carrier for the current trace, stored with runs enqueued now."""
         return None
@@ -86,6 +90,9 @@ class Observers(Observer):
 
     def queue_stats(self, stats: list[QueueStats]) -> None:
         self._each("queue_stats", stats)
+
+    def schedule_fired(self, schedule: str, lag: float) -> None:
+        self._each("schedule_fired", schedule, lag)
 
     @property
     def want_queue_stats(self) -> bool:
