@@ -9,7 +9,9 @@ Counters: ``cyclone_enqueued_total{kind,queue}``, ``cyclone_claimed_total{queue}
 rejected after its task was reclaimed), ``cyclone_reclaimed_total``. Histograms:
 ``cyclone_claim_seconds{queue}``, ``cyclone_handler_seconds{kind,queue}``. Gauge:
 ``cyclone_queue_depth{queue,state}`` (available, scheduled, running), refreshed by each
-worker's maintenance pass.
+worker's maintenance pass. Schedules: ``cyclone_schedule_fired_total{schedule}`` (slots whose
+run a worker made) and the histogram ``cyclone_schedule_lag_seconds{schedule}`` (slot time to
+the run's insert, by the database's clock).
 """
 
 from __future__ import annotations
@@ -64,6 +66,15 @@ class PrometheusMetrics(Observer):
             Gauge, "queue_depth", "Live tasks per queue and state.", ["queue", "state"]
         )
         self._queues_seen: set[str] = set()
+        self.schedule_fired_total = metric(
+            Counter, "schedule_fired", "Schedule slots whose run was made.", ["schedule"]
+        )
+        self.schedule_lag = metric(
+            Histogram,
+            "schedule_lag_seconds",
+            "Time from a schedule's slot to the insert of its run.",
+            ["schedule"],
+        )
 
     def enqueued(self, kind: str, queue: str, count: int) -> None:
         self.enqueued_runs.labels(kind=kind, queue=queue).inc(count)
@@ -92,3 +103,7 @@ class PrometheusMetrics(Observer):
             for state in ("available", "scheduled", "running"):
                 depth = getattr(row, state) if row is not None else 0
                 self.queue_depth.labels(queue=queue, state=state).set(depth)
+
+    def schedule_fired(self, schedule: str, lag: float) -> None:
+        self.schedule_fired_total.labels(schedule=schedule).inc()
+        self.schedule_lag.labels(schedule=schedule).observe(lag)
