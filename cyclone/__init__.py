@@ -17,6 +17,7 @@ from cyclone._errors import (
     DuplicateError,
     InvalidInputError,
     InvalidKeyError,
+    InvalidScheduleError,
     InvalidStateError,
     NoOutputError,
     NotInTransactionError,
@@ -24,6 +25,7 @@ from cyclone._errors import (
     RunCancelledError,
     RunFailedError,
     RunNotFoundError,
+    ScheduleNotFoundError,
     SchemaNotMigratedError,
     SchemaVersionError,
     SubmitConflictError,
@@ -44,9 +46,7 @@ from cyclone._run import (
 )
 from cyclone._scheduler import ScheduleInfo, Schedules
 from cyclone._schedules import (
-    InvalidScheduleError,
     Schedule,
-    ScheduleNotFoundError,
     schedule,
 )
 from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups

@@ -31,14 +31,17 @@ from typing import TYPE_CHECKING, Any
 from cyclone import _codec
 from cyclone import _maintenance as maintenance
 from cyclone import _queries as db
-from cyclone._errors import InvalidStateError, SubmitConflictError
+from cyclone._errors import (
+    InvalidScheduleError,
+    InvalidStateError,
+    ScheduleNotFoundError,
+    SubmitConflictError,
+)
 from cyclone._insert import uuid7_many
 from cyclone._kinds import Kind
 from cyclone._notifier import queue_payload
 from cyclone._schedules import (
-    InvalidScheduleError,
     Schedule,
-    ScheduleNotFoundError,
     Timing,
     check_unique,
     plan,

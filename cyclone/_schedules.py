@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from cyclone import _codec
-from cyclone._errors import CycloneError, InvalidInputError
+from cyclone._errors import InvalidScheduleError
 from cyclone._kinds import Kind
 
 if TYPE_CHECKING:
@@ -56,21 +56,6 @@ _ALIASES = {
 }
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _US = dt.timedelta(microseconds=1)
-
-
-class InvalidScheduleError(InvalidInputError):
-    """A schedule's declaration cannot be used (bad cron, time zone, interval, policy, name);
-    nothing was written."""
-
-
-class ScheduleNotFoundError(CycloneError):
-    """No schedule of that name is stored in the schema."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(
-            f"no schedule named {name!r}: `cyclone schedules ls` lists the stored schedules"
-        )
-        self.name = name
 
 
 def validate_name(name: object) -> str:

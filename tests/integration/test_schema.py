@@ -9,6 +9,7 @@ import cyclone
 from cyclone.testing.plugin import CycloneEnv
 
 TABLES = {"cyclone_runs", "cyclone_steps", "cyclone_edges", "cyclone_tasks", "cyclone_migrations"}
+TABLES |= {"cyclone_schedules"}  # 0007_schedules
 INDEXES = {
     "cyclone_runs_pkey",
     "idx_runs_submit_key",
@@ -24,6 +25,7 @@ INDEXES = {
     "idx_tasks_lease",
     "idx_tasks_sequence",
     "cyclone_migrations_pkey",
+    "cyclone_schedules_pkey",  # 0007_schedules
 }
 
 

@@ -27,6 +27,14 @@ async def node(ctx: cyclone.Context, n: int) -> int:
     return n
 
 
+triggered = asyncio.Event()
+
+
+@cyclone.action("pol.signal")
+async def signal_job(ctx: cyclone.Context, slot: str) -> None:
+    triggered.set()
+
+
 flow = cyclone.define("pol.flow", int)
 flow.node(node)
 
@@ -34,9 +42,7 @@ MINUTE = dt.timedelta(minutes=1)
 
 
 def every_minute(name: str = "pol.minutely", **options: Any) -> cyclone.Schedule[str]:
-    return cyclone.schedule(
-        name, job, every=MINUTE, input=lambda slot: slot.isoformat(), **options
-    )
+    return cyclone.schedule(name, job, every=MINUTE, input=lambda slot: slot.isoformat(), **options)
 
 
 def scheduler(env: CycloneEnv, *schedules: cyclone.Schedule[Any], **kw: Any) -> Scheduler:
@@ -131,7 +137,7 @@ async def test_pause_then_resume_from_the_next_slot(cyclone_env: CycloneEnv) -> 
 
 async def test_trigger_makes_one_run_now_even_when_paused(cyclone_env: CycloneEnv) -> None:
     s = every_minute()
-    sched, first = await declared(cyclone_env, s)
+    sched, _ = await declared(cyclone_env, s)
     await cyclone_env.client.schedules.pause(s.name)
     key = await cyclone_env.client.schedules.trigger(s.name)
     assert await cyclone_env.client.schedules.trigger(s.name) == key  # not fired yet: the same
@@ -145,12 +151,14 @@ async def test_trigger_makes_one_run_now_even_when_paused(cyclone_env: CycloneEn
 
 
 async def test_a_running_worker_fires_a_trigger_at_once(cyclone_env: CycloneEnv) -> None:
-    s = cyclone.schedule("pol.yearly", job, cron="@yearly", input="x")
-    async with fast_worker(cyclone_env.client, steps=[job], schedules=[s]):
+    global triggered
+    triggered = asyncio.Event()
+    s = cyclone.schedule("pol.yearly", signal_job, cron="@yearly", input="x")
+    async with fast_worker(cyclone_env.client, steps=[signal_job], schedules=[s]):
         key = await cyclone_env.client.schedules.trigger(s.name)
-        async with asyncio.timeout(30):  # woken by the NOTIFY, well before the 5 s floor
-            while not (await cyclone_env.client.list_runs(cyclone.RunQuery(key=key))).runs:
-                await asyncio.sleep(0.05)
+        await asyncio.wait_for(triggered.wait(), 30)  # woken by the NOTIFY, not the 5 s poll
+    page = await cyclone_env.client.list_runs(cyclone.RunQuery(key=key))
+    assert [r.name for r in page.runs] == ["pol.signal"]
 
 
 async def test_dynamic_schedules_create_update_delete(cyclone_env: CycloneEnv) -> None:
@@ -175,7 +183,7 @@ async def test_dynamic_schedules_create_update_delete(cyclone_env: CycloneEnv) -
     )
     assert payload == "6"
     await schedules.delete("pol.dyn")
-    with pytest.raises(cyclone.ScheduleNotFoundError, match="no schedule named 'pol.dyn'"):
+    with pytest.raises(cyclone.ScheduleNotFoundError, match=r"no schedule named 'pol\.dyn'"):
         await schedules.get("pol.dyn")
     assert await sched.fire_due(now=updated.next_at + dt.timedelta(days=1)) == 0
 
@@ -227,9 +235,8 @@ async def test_a_deploy_that_renames_a_schedule_stops_the_old_one(
     made = await keys(cyclone_env)
     assert [k for k in made if k.startswith("schedule:pol.old:")] == [slot_key("pol.old", first)]
     assert slot_key("pol.new", later) in made
-    async with asyncio.timeout(30):  # the old declaration's lease runs out
-        while (await cyclone_env.client.schedules.get("pol.old")).declared:
-            await asyncio.sleep(0.1)
+    await asyncio.sleep(1.1)  # the old declaration's 1 s lease runs out
+    assert not (await cyclone_env.client.schedules.get("pol.old")).declared
     await cyclone_env.client.schedules.delete("pol.old")
     assert [i.name for i in await cyclone_env.client.schedules.list()] == ["pol.new"]
 
@@ -238,7 +245,9 @@ async def test_a_changed_timing_moves_the_next_slot_and_an_unchanged_one_keeps_i
     cyclone_env: CycloneEnv,
 ) -> None:
     sched, first = await declared(cyclone_env, every_minute())
-    await cyclone_env.pool.execute("UPDATE cyclone_schedules SET next_at = next_at - interval '1 hour'")
+    await cyclone_env.pool.execute(
+        "UPDATE cyclone_schedules SET next_at = next_at - interval '1 hour'"
+    )
     await sched.declare()  # a restart with the same timing: the place is kept
     kept = (await cyclone_env.client.schedules.get("pol.minutely")).next_at
     assert kept == first - dt.timedelta(hours=1)

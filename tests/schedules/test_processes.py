@@ -41,8 +41,11 @@ async def slot_keys(env: CycloneEnv) -> list[str]:
 
 
 async def wait_for_runs(env: CycloneEnv, count: int) -> None:
+    """Poll: the runs come from other processes, which no event here reports."""
     async with asyncio.timeout(120):
-        while len(await slot_keys(env)) < count:
+        while True:
+            if len(await slot_keys(env)) >= count:
+                return
             await asyncio.sleep(0.2)
 
 

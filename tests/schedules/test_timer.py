@@ -16,11 +16,14 @@ from tests.conftest import fast_worker
 # Maintenance would take a minute to notice: whatever fires sooner is the timer.
 SLOW_MAINTENANCE = {"maintenance_interval": 60.0}
 started: list[dt.datetime] = []
+three = asyncio.Event()
 
 
 @cyclone.action("timer.tick")
 async def tick(ctx: cyclone.Context, n: int) -> None:
     started.append(dt.datetime.now(dt.UTC))
+    if len(started) >= 3:
+        three.set()
 
 
 @cyclone.action("timer.hang")
@@ -50,12 +53,12 @@ async def test_slots_fire_at_their_time_and_are_reported(cyclone_env: CycloneEnv
     fired, registry = Fired(), CollectorRegistry()
     client.observe(fired)
     client.observe(PrometheusMetrics(registry=registry))
+    global three
     started.clear()
+    three = asyncio.Event()
     s = cyclone.schedule("timer.every", tick, every=dt.timedelta(seconds=1), input=1)
     async with fast_worker(client, steps=[tick], schedules=[s], **SLOW_MAINTENANCE):
-        async with asyncio.timeout(60):
-            while len(started) < 3:
-                await asyncio.sleep(0.05)
+        await asyncio.wait_for(three.wait(), 60)
     page = await client.list_runs(cyclone.RunQuery(name="timer.tick"))
     prefix = "schedule:timer.every:"
     slots = {
