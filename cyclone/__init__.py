@@ -17,6 +17,7 @@ from cyclone._errors import (
     DuplicateError,
     InvalidInputError,
     InvalidKeyError,
+    InvalidScheduleError,
     InvalidStateError,
     NoOutputError,
     NotInTransactionError,
@@ -24,6 +25,7 @@ from cyclone._errors import (
     RunCancelledError,
     RunFailedError,
     RunNotFoundError,
+    ScheduleNotFoundError,
     SchemaNotMigratedError,
     SchemaVersionError,
     SubmitConflictError,
@@ -47,6 +49,11 @@ from cyclone._run import (
     UnservedWork,
     WorkerInfo,
 )
+from cyclone._scheduler import ScheduleInfo, Schedules
+from cyclone._schedules import (
+    Schedule,
+    schedule,
+)
 from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups
 from cyclone._worker import Worker, exponential_backoff
 from cyclone._workflow import Node, ResultWorkflow, Workflow, define, define_result
@@ -64,6 +71,7 @@ __all__ = [
     "EnqueueOptions",
     "InvalidInputError",
     "InvalidKeyError",
+    "InvalidScheduleError",
     "InvalidStateError",
     "Kind",
     "NoOutputError",
@@ -86,6 +94,10 @@ __all__ = [
     "RunPayloads",
     "RunQuery",
     "RunState",
+    "Schedule",
+    "ScheduleInfo",
+    "ScheduleNotFoundError",
+    "Schedules",
     "SchemaNotMigratedError",
     "SchemaVersionError",
     "Snooze",
@@ -112,6 +124,7 @@ __all__ = [
     "enqueue_tx",
     "exponential_backoff",
     "register_kind",
+    "schedule",
     "step",
     "submit_completion",
     "submit_tx",

@@ -43,6 +43,7 @@ from cyclone._run import (
     UnservedWork,
     WorkerInfo,
 )
+from cyclone._scheduler import Schedules
 from cyclone._sql import Queries
 from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
 
@@ -205,6 +206,12 @@ class Client:
         ships, :class:`SchemaVersionError` if it has some this package does not know."""
         async with self._acquire() as conn:
             await _schema.check(conn, self.queries)
+
+    @property
+    def schedules(self) -> Schedules:
+        """The schedules stored in this schema: list, pause, resume, trigger now, and create,
+        update or delete dynamic ones (docs/schedules.md)."""
+        return Schedules(self)
 
     # Wakeups
 

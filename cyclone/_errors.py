@@ -15,6 +15,8 @@
     ├── ContextError              a handler context used outside its handler
     ├── InvalidKeyError           (also ValueError) a key breaking the key rules
     ├── InvalidInputError         (also TypeError) a payload or option that cannot be used
+    │   └── InvalidScheduleError  a schedule's cron, time zone, interval, policy or name
+    ├── ScheduleNotFoundError     no schedule of that name is stored
     ├── PayloadTooLargeError      (also ValueError) an input or output over the client limit
     ├── SchemaNotMigratedError    the schema lacks migrations this package ships
     └── SchemaVersionError        the schema has migrations this package does not know
@@ -158,3 +160,18 @@ class SchemaVersionError(CycloneError):
         )
         self.schema = schema
         self.unknown = unknown
+
+
+class InvalidScheduleError(InvalidInputError):
+    """A schedule's declaration cannot be used (bad cron, time zone, interval, policy, name);
+    nothing was written."""
+
+
+class ScheduleNotFoundError(CycloneError):
+    """No schedule of that name is stored in the schema."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no schedule named {name!r}: `cyclone schedules ls` lists the stored schedules"
+        )
+        self.name = name

@@ -446,3 +446,112 @@ async def node_payloads(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Recor
 async def throughput_minutes(conn: Conn, q: Queries, minutes: int) -> list[Record]:
     """Completed and failed steps per queue and minute over the last ``minutes``."""
     return await conn.fetch(q["throughput_minutes"], minutes)
+
+
+# Schedules (cyclone/sql/schedules.sql): declared and dynamic schedules, and their firing.
+
+
+async def schedule_declare_many(
+    conn: Conn, q: Queries, lease: float, rows: list[tuple[Any, ...]]
+) -> None:
+    """Upsert declared schedules; ``rows`` are (name, target, job, cron, every, start, tz,
+    catch_up, window, overlap, input, next_at) tuples."""
+    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(12)]
+    await conn.execute(q["schedule_declare_many"], lease, *columns)
+
+
+async def schedule_refresh(conn: Conn, q: Queries, lease: float, declared: list[str]) -> None:
+    """Extend the declarations of ``declared`` by ``lease`` seconds from now."""
+    await conn.execute(q["schedule_refresh"], lease, declared)
+
+
+async def schedule_next_due(
+    conn: Conn, q: Queries, declared: list[str], targets: list[str], now: dt.datetime | None
+) -> Record:
+    """The first due schedule, deadline and wait timeout, and the database's clock."""
+    row: Record | None = await conn.fetchrow(q["schedule_next_due"], declared, targets, now)
+    assert row is not None  # a SELECT of aggregates always returns its one row
+    return row
+
+
+async def schedule_claim_due(
+    conn: Conn,
+    q: Queries,
+    declared: list[str],
+    targets: list[str],
+    now: dt.datetime | None,
+    limit: int,
+) -> list[Record]:
+    """Lock the due schedules this worker fires (inside the caller's transaction)."""
+    return await conn.fetch(q["schedule_claim_due"], now, declared, targets, limit)
+
+
+async def schedule_job_insert_many(
+    conn: Conn,
+    q: Queries,
+    *,
+    kind: str,
+    queue: str,
+    priority: int,
+    max_attempts: int,
+    ids: Sequence[uuid.UUID],
+    inputs: Sequence[str],
+    keys: Sequence[str],
+) -> list[Record]:
+    """Insert keyed jobs; returns (id, key) of those inserted (a taken key inserts nothing)."""
+    return await conn.fetch(
+        q["schedule_job_insert_many"], kind, queue, priority, max_attempts, ids, inputs, keys
+    )
+
+
+async def schedule_advance(
+    conn: Conn,
+    q: Queries,
+    name: str,
+    *,
+    next_at: dt.datetime,
+    last_slot: dt.datetime | None,
+    last_run_id: uuid.UUID | None,
+    triggered_at: dt.datetime | None,
+) -> None:
+    """Record a firing pass of ``name``."""
+    await conn.execute(q["schedule_advance"], next_at, last_slot, last_run_id, triggered_at, name)
+
+
+async def schedule_list(conn: Conn, q: Queries, name: str | None) -> list[Record]:
+    """Every stored schedule (or the one named), by name."""
+    return await conn.fetch(q["schedule_list"], name)
+
+
+async def schedule_lock(conn: Conn, q: Queries, name: str) -> Record | None:
+    """Lock one schedule's row for a change; None if there is none."""
+    row: Record | None = await conn.fetchrow(q["schedule_lock"], name)
+    return row
+
+
+async def schedule_set_paused(
+    conn: Conn, q: Queries, name: str, paused: bool, next_at: dt.datetime | None
+) -> None:
+    """Pause or resume ``name`` (resuming at ``next_at``)."""
+    await conn.execute(q["schedule_set_paused"], paused, next_at, name)
+
+
+async def schedule_trigger(conn: Conn, q: Queries, name: str) -> dt.datetime | None:
+    """Ask for a run of ``name`` now; the trigger's time, or None without such a schedule."""
+    at: dt.datetime | None = await conn.fetchval(q["schedule_trigger"], name)
+    return at
+
+
+async def schedule_create(conn: Conn, q: Queries, *args: Any) -> bool:
+    """Insert a dynamic schedule; False when the name is taken."""
+    return await conn.fetchval(q["schedule_create"], *args) is not None
+
+
+async def schedule_update(conn: Conn, q: Queries, *args: Any) -> None:
+    """Replace a dynamic schedule's definition (locked by the caller)."""
+    await conn.execute(q["schedule_update"], *args)
+
+
+async def schedule_delete(conn: Conn, q: Queries, name: str) -> None:
+    """Delete one schedule (locked by the caller)."""
+    await conn.execute(q["schedule_delete"], name)

@@ -32,10 +32,12 @@ from cyclone._context import CompletionTx, Context, Snooze
 from cyclone._errors import InvalidInputError, InvalidStateError
 from cyclone._kinds import Step
 from cyclone._options import seconds, validate_int, validate_queue
+from cyclone._scheduler import Scheduler
 from cyclone._workflow import defined_workflows
 
 if TYPE_CHECKING:
     from cyclone._client import Client
+    from cyclone._schedules import Schedule
     from cyclone._workflow import Workflow
 
 logger = logging.getLogger("cyclone")
@@ -80,6 +82,8 @@ class Worker:
     lets running handlers finish before cancelling them. ``start()`` checks the schema first:
     :class:`SchemaNotMigratedError` if it lacks migrations, unless ``wait_for_schema`` is true,
     which waits (logged once) until they are applied; :class:`SchemaVersionError` always.
+    ``schedules`` (from :func:`cyclone.schedule`) are declared at start and fired by this
+    worker's timer, with the dynamic schedules of what it serves (docs/schedules.md).
     """
 
     def __init__(
@@ -98,6 +102,7 @@ class Worker:
         backoff: Callable[[int], float] = exponential_backoff,
         worker_id: str | None = None,
         wait_for_schema: bool = False,
+        schedules: Sequence[Schedule[Any]] = (),
     ) -> None:
         self.client = client
         self.wait_for_schema = bool(wait_for_schema)
@@ -148,6 +153,11 @@ class Worker:
         self._hurry = asyncio.Event()
         self._started = False
         self._unsubscribe: Callable[[], None] | None = None
+        # Schedules (cyclone/_scheduler.py): declared ones, dynamic ones of what this serves,
+        # and the timer that also fires run deadlines and wait timeouts on time.
+        self._scheduler = Scheduler(
+            client, schedules, kinds=self._steps, workflows=self._workflows, worker_id=self.id
+        )
 
     def _add_step(self, s: Step[Any, Any]) -> None:
         if not isinstance(s, Step):
@@ -209,6 +219,7 @@ class Worker:
             await self.client.check_schema()
         async with self.client._acquire() as conn:  # visible in stats once start() returns
             await self._present(conn)
+        await self._scheduler.start()  # schedules: declare, then arm the timer
         self._started = True
         loop = asyncio.get_running_loop()
         self._completer.start()
@@ -254,6 +265,7 @@ class Worker:
             hurried.cancel()
             self.hurry()  # cancels the handlers still running; they give their tasks back
             await finished
+        await self._scheduler.stop()  # schedules
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)

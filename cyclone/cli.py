@@ -743,3 +743,64 @@ def dashboard(ctx: click.Context, bind: str, read_only: bool, title: str) -> Non
         _run(_with_client(ctx, go, connections=8))
     except KeyboardInterrupt:  # uvicorn hands the SIGINT it handled back on the way out
         click.echo("cyclone: dashboard stopped", err=True)
+
+
+# Schedules (cyclone/_scheduler.py): list, pause, resume and trigger stored schedules.
+
+
+@main.group()
+@_connection_options(top=False)
+def schedules() -> None:
+    """List, pause, resume and trigger schedules."""
+
+
+@schedules.command("ls")
+@click.option("--json", "as_json", is_flag=True)
+@_connection_options(top=False)
+@click.pass_context
+def schedules_ls(ctx: click.Context, as_json: bool) -> None:
+    """List stored schedules: timing, target, state and next slot."""
+    rows = _run(_with_client(ctx, lambda c: c.schedules.list()))
+    if as_json:
+        _json([asdict(r) for r in rows])
+        return
+    table = Table("name", "when", "target", "state", "next slot", "last run")
+    for r in rows:
+        when = f"cron {r.cron!r} {r.tz}" if r.cron is not None else f"every {r.every}"
+        state = "paused" if r.paused else "active"
+        if not r.declared:
+            state += " (undeclared)"  # no running worker declares it: nobody fires it
+        origin = "dynamic" if r.dynamic else "declared"
+        last = "" if r.last_run_id is None else str(r.last_run_id)
+        _add_row(table, r.name, when, r.target, f"{state}, {origin}", f"{r.next_at:%F %T%z}", last)
+    console.print(table)
+
+
+@schedules.command("pause")
+@click.argument("name")
+@_connection_options(top=False)
+@click.pass_context
+def schedules_pause(ctx: click.Context, name: str) -> None:
+    """Stop making runs for NAME until it is resumed (kept across deploys)."""
+    _run(_with_client(ctx, lambda c: c.schedules.pause(name)))
+    click.echo(f"paused {name}")
+
+
+@schedules.command("resume")
+@click.argument("name")
+@_connection_options(top=False)
+@click.pass_context
+def schedules_resume(ctx: click.Context, name: str) -> None:
+    """Make runs for NAME again from its next slot; slots passed while paused are not run."""
+    _run(_with_client(ctx, lambda c: c.schedules.resume(name)))
+    click.echo(f"resumed {name}")
+
+
+@schedules.command("trigger")
+@click.argument("name")
+@_connection_options(top=False)
+@click.pass_context
+def schedules_trigger(ctx: click.Context, name: str) -> None:
+    """Ask for one run of NAME now; prints the run's key (`cyclone runs ls --key KEY`)."""
+    key = _run(_with_client(ctx, lambda c: c.schedules.trigger(name)))
+    click.echo(key)

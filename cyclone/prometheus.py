@@ -30,6 +30,10 @@ Per database (:class:`QueueCollector`), gauges: ``cyclone_queue_depth{queue,stat
 ``cyclone_queue_unserved{queue,kind,workflow}`` (claimable, and no live worker serves it;
 ``workflow`` is empty for jobs), ``cyclone_queue_workers{queue}`` (live workers claiming from
 it) and ``cyclone_queue_stats_up`` (1 when the last scrape could read the database).
+
+Schedules (per process): ``cyclone_schedule_fired_total{schedule}`` (slots whose run this
+process made) and the histogram ``cyclone_schedule_lag_seconds{schedule}`` (slot time to the
+run's insert, by the database's clock).
 """
 
 from __future__ import annotations
@@ -101,6 +105,15 @@ class PrometheusMetrics(Observer):
             "Time an attempt took, handler and outcome write.",
             ["kind", "queue"],
         )
+        self.schedule_fired_total = metric(
+            Counter, "schedule_fired", "Schedule slots whose run was made.", ["schedule"]
+        )
+        self.schedule_lag = metric(
+            Histogram,
+            "schedule_lag_seconds",
+            "Time from a schedule's slot to the insert of its run.",
+            ["schedule"],
+        )
 
     def enqueued(self, kind: str, queue: str, count: int) -> None:
         self.enqueued_runs.labels(kind=kind, queue=queue).inc(count)
@@ -119,6 +132,10 @@ class PrometheusMetrics(Observer):
 
     def reclaimed(self, count: int) -> None:
         self.reclaimed_total.inc(count)
+
+    def schedule_fired(self, schedule: str, lag: float) -> None:
+        self.schedule_fired_total.labels(schedule=schedule).inc()
+        self.schedule_lag.labels(schedule=schedule).observe(lag)
 
 
 class QueueCollector(Collector):

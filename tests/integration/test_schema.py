@@ -14,6 +14,7 @@ TABLES = {
     "cyclone_edges",
     "cyclone_tasks",
     "cyclone_workers",
+    "cyclone_schedules",
     "cyclone_migrations",
 }
 INDEXES = {
@@ -34,6 +35,7 @@ INDEXES = {
     "cyclone_workers_pkey",
     "idx_workers_expires",
     "cyclone_migrations_pkey",
+    "cyclone_schedules_pkey",  # 0007_schedules
 }
 
 
