@@ -12,6 +12,17 @@
 -- A job transition that decides on the run's state (cancel, deadline) first locks both in
 --   that order in a statement of its own (job_lock), as workflows do with run_lock_many.
 -- A job run and a workflow run are never the same run, so the two orders never meet.
+--
+-- Plans that statistics cannot turn: the run history only grows, and the task table changes
+-- faster than ANALYZE follows, so a hot statement reaches its rows by key in forms the
+-- planner can only plan one way. A run read per task is a scalar subquery (never turned into
+-- a join, its condition rated one half whatever the statistics say). A batch's tasks are
+-- locked one by one in a LATERAL subquery with FOR UPDATE (never pulled up: a nested loop
+-- over the keys, in id order). A write to a batch's rows also matches
+-- `key = ANY (ARRAY(SELECT ...))`: an index condition whose array the planner cannot size,
+-- so it reads the rows by key whether the batch is 1 row or 1,000 and the table 10 or 10
+-- million; a join alone would be hashed over a scan of the whole table once the batch looks
+-- large beside it.
 
 -- name: migrations_lock
 SELECT pg_advisory_xact_lock(1668899692, hashtext($1));
@@ -122,38 +133,51 @@ FROM __schema__.cyclone_runs WHERE name = $1 AND key = $2;
 -- sequence is live (available, running, or failed and blocking). The claim commits without
 -- waiting for its WAL flush: a claim lost in a crash only makes the task available again,
 -- which is what a crash does to it anyway.
+--
+-- The tasks are chosen from cyclone_tasks alone, walking the claim index, and each one's run
+-- is read by its key in a scalar subquery: PostgreSQL never turns a scalar subquery into a
+-- join, and it rates a subquery's condition at one half whatever the statistics say. As a
+-- join, a run history whose statistics know of no pending run (the usual state right after
+-- a burst of enqueues: autovacuum analyzes the small task table long before the run
+-- history) was planned as a scan of every run, then a sort.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
-), picked AS (
-    SELECT t.run_id, t.id, r.name, r.input::text AS input, r.trace::text AS trace
+), picked AS MATERIALIZED (
+    SELECT t.run_id, t.id
     FROM __schema__.cyclone_tasks t
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.state = 'available' AND t.queue = $1 AND t.available_at <= now()
       AND t.kind = ANY ($2::text[])
       -- A failed run starts nothing more, not even a node whose attempt failed or whose
       -- lease expired after the run failed; retry_all re-opens the run and so the task.
-      AND r.state = 'pending'
       -- A node's input may need its workflow's input function: only workers that know
       -- the workflow take its nodes.
-      AND (t.node IS NULL OR r.name = ANY ($6::text[]))
+      AND (SELECT r.state = 'pending' AND (t.node IS NULL OR r.name = ANY ($6::text[]))
+           FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
       AND (t.sequence_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM __schema__.cyclone_tasks h
             WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key AND h.id < t.id))
     ORDER BY t.priority DESC, t.available_at, t.id
     LIMIT $3
     FOR UPDATE OF t SKIP LOCKED
+), claimed AS (
+    UPDATE __schema__.cyclone_tasks t
+    SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
+        lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
+    FROM picked, async_commit
+    WHERE t.run_id = picked.run_id AND t.id = picked.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM picked))
+    RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
+        -- The claimed tasks' runs, by key again (one read for the three columns).
+        (SELECT ARRAY[r.name, r.input::text, r.trace::text]
+         FROM __schema__.cyclone_runs r WHERE r.id = t.run_id) AS run,
+        (SELECT jsonb_object_agg(e.parent, s.output)::text
+         FROM __schema__.cyclone_edges e
+         JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
+         WHERE e.run_id = t.run_id AND e.child = t.node) AS deps
 )
-UPDATE __schema__.cyclone_tasks t
-SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
-    lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
-FROM picked, async_commit
-WHERE t.run_id = picked.run_id AND t.id = picked.id
-RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
-    picked.name, picked.input, picked.trace,
-    (SELECT jsonb_object_agg(e.parent, s.output)::text
-     FROM __schema__.cyclone_edges e
-     JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
-     WHERE e.run_id = t.run_id AND e.child = t.node) AS deps;
+SELECT id, run_id, node, kind, attempt, max_attempts, claims,
+    run[1] AS name, run[2] AS input, run[3] AS trace, deps
+FROM claimed;
 
 -- name: task_heartbeat
 -- Extend the leases of tasks this worker still owns; a task missing from the result was
@@ -162,31 +186,36 @@ WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ), mine AS (
     SELECT t.run_id, t.id
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[]) AS h (run_id, id, claims)
-      ON t.run_id = h.run_id AND t.id = h.id AND t.claims = h.claims
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[]) AS h (run_id, id, claims)
+          ORDER BY h.id) h
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = h.run_id AND t.id = h.id AND t.claims = h.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 )
 UPDATE __schema__.cyclone_tasks t SET lease_until = now() + make_interval(secs => $4)
-FROM mine, async_commit WHERE t.run_id = mine.run_id AND t.id = mine.id
+FROM mine, async_commit
+WHERE t.run_id = mine.run_id AND t.id = mine.id
+  AND t.run_id = ANY (ARRAY(SELECT run_id FROM mine))
 RETURNING t.id, t.claims;
 
 -- name: task_pending_work
 -- Whether a worker serving kinds $1 and workflows $2 has work running, or claimable now by
--- the rules of task_claim (for draining in tests).
+-- the rules of task_claim (for draining in tests); runs are read by key, as there.
 SELECT EXISTS (
     SELECT 1 FROM __schema__.cyclone_tasks t
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.kind = ANY ($1::text[])
-      AND (t.node IS NULL OR r.name = ANY ($2::text[]))
       AND (t.state = 'running'
-           OR (t.state = 'available' AND t.available_at <= now() AND r.state = 'pending'
+           OR (t.state = 'available' AND t.available_at <= now()
                AND (t.sequence_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM __schema__.cyclone_tasks h
                     WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key
                       AND h.id < t.id))))
+      AND (SELECT (t.state = 'running' OR r.state = 'pending')
+                  AND (t.node IS NULL OR r.name = ANY ($2::text[]))
+           FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
 );
 
 -- name: run_lock_many
@@ -199,51 +228,59 @@ WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE;
 -- cancelled) matches nothing: that completion is rejected.
 WITH fenced AS (
     SELECT t.run_id, t.id, c.output
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[]) AS c (run_id, id, claims, output)
-      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[])
+              AS c (run_id, id, claims, output)
+          ORDER BY c.id) c
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 ), done AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced))
     RETURNING t.id, t.claims, t.run_id, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_runs r
 SET state = 'completed', output = d.output::jsonb, remaining = 0, attempts = d.attempt,
     errors = d.errors, finished_at = now(), completed_task = d.id, completed_claims = d.claims
 FROM done d
-WHERE r.id = d.run_id AND r.state = 'pending'
+WHERE r.id = d.run_id AND r.state = 'pending' AND r.id = ANY (ARRAY(SELECT run_id FROM done))
 RETURNING d.id, d.claims, r.id AS run_id;
 
 -- name: attempts_completed
 -- Which of these attempts (run, node or NULL for a job, task id, claim count) completed
 -- their job or node: after a completion write whose reply was lost, whether it committed.
 -- (task id, claims) names one attempt for good: ids are never reused, every claim counts up.
+-- Each attempt's run or step by key (an EXISTS here is hashed over the whole history).
 SELECT a.run_id, a.node
 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[]) AS a (run_id, node, task, claims)
-WHERE (a.node IS NULL AND EXISTS (
-          SELECT 1 FROM __schema__.cyclone_runs r
-          WHERE r.id = a.run_id AND r.completed_task = a.task AND r.completed_claims = a.claims))
-   OR (a.node IS NOT NULL AND EXISTS (
-          SELECT 1 FROM __schema__.cyclone_steps s
-          WHERE s.run_id = a.run_id AND s.node = a.node
-            AND s.completed_task = a.task AND s.completed_claims = a.claims));
+WHERE CASE WHEN a.node IS NULL
+    THEN (SELECT r.completed_task = a.task AND r.completed_claims = a.claims
+          FROM __schema__.cyclone_runs r WHERE r.id = a.run_id)
+    ELSE (SELECT s.completed_task = a.task AND s.completed_claims = a.claims
+          FROM __schema__.cyclone_steps s WHERE s.run_id = a.run_id AND s.node = a.node)
+    END;
 
 -- name: node_finish_many
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
 WITH fenced AS (
     SELECT t.run_id, t.id, c.output
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[]) AS c (run_id, id, claims, output)
-      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[])
+              AS c (run_id, id, claims, output)
+          ORDER BY c.id) c
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 ), done AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced))
     RETURNING t.id, t.claims, t.run_id, t.node, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_steps s
@@ -251,6 +288,7 @@ SET state = 'completed', output = d.output::jsonb, attempts = d.attempt, errors 
     finished_at = now(), completed_task = d.id, completed_claims = d.claims
 FROM done d
 WHERE s.run_id = d.run_id AND s.node = d.node
+  AND s.run_id = ANY (ARRAY(SELECT run_id FROM done))
 RETURNING d.id, d.claims, s.run_id, s.node;
 
 -- name: wait_finish_many
@@ -316,25 +354,30 @@ SELECT 'ended', state, id, NULL FROM counted WHERE state <> 'pending';
 -- failed meanwhile (a failed workflow lets running nodes finish), the node is parked as
 -- run_fail parks unstarted ones: no available task is left in a run that starts nothing.
 WITH fenced AS (
-    SELECT t.run_id, t.id, c.delay, c.refund, r.state = 'pending' AS open,
+    SELECT t.run_id, t.id, c.delay, c.refund,
+           (SELECT r.state = 'pending' FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+               AS open,
            CASE WHEN c.error IS NULL THEN t.errors ELSE t.errors || c.error::jsonb END AS errors
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::bool[])
-        AS c (run_id, id, claims, delay, error, refund)
-      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[],
+                               $6::bool[]) AS c (run_id, id, claims, delay, error, refund)
+          ORDER BY c.id) c
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id, t.errors FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 ), parked AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id AND NOT f.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced WHERE NOT open))
     RETURNING t.id, t.run_id, t.node, t.attempt - f.refund::int AS attempt, f.errors
 ), park AS (
     UPDATE __schema__.cyclone_steps s
     SET state = 'pending', attempts = p.attempt, errors = p.errors
     FROM parked p
     WHERE s.run_id = p.run_id AND s.node = p.node
+      AND s.run_id = ANY (ARRAY(SELECT run_id FROM parked))
 ), retried AS (
     UPDATE __schema__.cyclone_tasks t
     SET state = 'available', available_at = now() + make_interval(secs => f.delay),
@@ -342,6 +385,7 @@ WITH fenced AS (
         errors = f.errors
     FROM fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id AND f.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced WHERE open))
     RETURNING t.id, t.queue
 )
 SELECT id, queue FROM retried
@@ -433,13 +477,14 @@ ORDER BY deadline LIMIT $1;
 -- available at once, the lost attempt recorded as an error; parked instead if their run
 -- failed meanwhile, as in task_retry_many.
 WITH expired AS (
-    SELECT t.run_id, t.id, r.state = 'pending' AS open,
+    SELECT t.run_id, t.id,
+           (SELECT r.state = 'pending' FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+               AS open,
            t.errors || jsonb_build_object(
                'attempt', t.attempt, 'type', 'LeaseExpired', 'at', now(),
                'message', 'the lease expired: worker ' || coalesce(t.worker, '?')
                           || ' stopped renewing it') AS errors
     FROM __schema__.cyclone_tasks t
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.state = 'running' AND t.lease_until < now() AND t.attempt < t.max_attempts
     ORDER BY t.id
     LIMIT $1
@@ -447,18 +492,21 @@ WITH expired AS (
 ), parked AS (
     DELETE FROM __schema__.cyclone_tasks t USING expired e
     WHERE t.run_id = e.run_id AND t.id = e.id AND NOT e.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM expired WHERE NOT open))
     RETURNING t.id, t.run_id, t.node, t.attempt, e.errors
 ), park AS (
     UPDATE __schema__.cyclone_steps s
     SET state = 'pending', attempts = p.attempt, errors = p.errors
     FROM parked p
     WHERE s.run_id = p.run_id AND s.node = p.node
+      AND s.run_id = ANY (ARRAY(SELECT run_id FROM parked))
 ), reclaimed AS (
     UPDATE __schema__.cyclone_tasks t
     SET state = 'available', available_at = now(), lease_until = NULL, worker = NULL,
         errors = e.errors
     FROM expired e
     WHERE t.run_id = e.run_id AND t.id = e.id AND e.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM expired WHERE open))
     RETURNING t.id, t.queue
 )
 SELECT id, queue FROM reclaimed
