@@ -116,6 +116,7 @@ class Client:
         self._pending: set[str] = set()
         self._flush_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
+        self._releases: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"<cyclone.Client schema={self.schema!r}>"
@@ -145,11 +146,37 @@ class Client:
             await asyncio.shield(self._flush_task)
         while self._pending:
             await self._flush()
+        if self._releases:
+            await asyncio.wait(self._releases)
 
     def _acquire(self) -> Any:
         if self.pool.is_closing():
             raise InvalidStateError("the client's asyncpg pool is closed")
         return self.pool.acquire()
+
+    @contextlib.asynccontextmanager
+    async def _borrow(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy]:
+        """A pooled connection that is given back in the background: the pool's reset of a
+        released connection is a round trip that the caller need not wait for."""
+        conn = await self._acquire()
+        try:
+            yield conn
+        finally:
+            # A task of its own, so the caller's cancellation cannot stop it (asyncpg's
+            # release is shielded too, and closes a connection it cannot reset).
+            task = asyncio.get_running_loop().create_task(
+                self.pool.release(conn), name="cyclone-release"
+            )
+            self._releases.add(task)
+            task.add_done_callback(self._released)
+
+    def _released(self, task: asyncio.Task[None]) -> None:
+        self._releases.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.warning(
+                "cyclone: giving a connection back to the pool failed (%s); asyncpg closed it",
+                exc,
+            )
 
     async def migrate(self) -> list[int]:
         """Create or update Cyclone's tables; safe to call from many processes at once.

@@ -125,13 +125,15 @@ async def enqueue(
     with client.observers.enqueue_span(f"enqueue {kind.name}", span):
         trace = trace_text(client)
         if tx is None:
-            async with client._acquire() as conn:
+            # The connection's reset on release is not waited for; the wakeup goes out with
+            # the insert's own commit when nothing else (a sequence lock) shares its transaction.
+            async with client._borrow() as pooled:
                 if opts.sequence is None:  # each statement commits on its own
-                    await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
+                    await _insert_jobs(client, pooled, kind, ids, encoded, opts, queue, trace)
                 else:  # the sequence's lock lasts until the insert commits
-                    async with conn.transaction():
-                        await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
-            if opts.claimable_now():
+                    async with pooled.transaction():
+                        await _insert_jobs(client, pooled, kind, ids, encoded, opts, queue, trace)
+            if opts.claimable_now() and not (opts.sequence is None and wakeup_inline(client, opts)):
                 client._publish([queue_payload(queue)])
         else:
             conn, tracker = require_transaction(tx)
@@ -140,6 +142,12 @@ async def enqueue(
                 tracker.record(queue)
     client.observers.enqueued(kind.name, queue, len(ids))
     return [ResultRun(client, i, kind.output_type) for i in ids]
+
+
+def wakeup_inline(client: Client, opts: Options) -> bool:
+    """Whether an insert that commits on its own sends its wakeup itself: no coalescing
+    window to wait for, and work claimable at once."""
+    return client.notify_coalesce <= 0 and opts.claimable_now()
 
 
 def trace_text(client: Client) -> str | None:
@@ -161,6 +169,10 @@ async def _insert_jobs(
     q = client.queries
     if opts.sequence is not None:
         await db.sequence_lock(conn, q, kind.name, opts.sequence)
+    # Only an autocommit statement NOTIFYs: never inside a transaction, the caller's or ours.
+    notify = None
+    if not conn.is_in_transaction() and wakeup_inline(client, opts):
+        notify = (client.channel, queue_payload(queue))
     for _ in range(_UNIQUE_TRIES):
         inserted = await db.job_insert_many(
             conn,
@@ -176,6 +188,7 @@ async def _insert_jobs(
             unique=opts.unique,
             deadline=opts.run_deadline,
             trace=trace,
+            notify=notify,
         )
         if inserted or opts.unique is None:
             return

@@ -50,27 +50,32 @@ SELECT pg_advisory_xact_lock(1668899693, hashtext($1 || chr(31) || $2));
 
 -- name: job_insert_many
 -- Standalone jobs: a run row and a task row each, tasks in input order (the sequence order).
+-- $12, when not NULL, is a wakeup to NOTIFY on channel $11 at the statement's commit: only
+-- ever for an insert that commits on its own (Cyclone's autocommit statement, never a
+-- caller's transaction), which saves the wakeup a statement and a connection of its own.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs
         (id, name, job, input, queue, nodes, remaining, priority, max_attempts, deadline, trace)
     SELECT i.id, $3, true, i.input::jsonb, $4, 1, 1, $5, $7, $9, $10::jsonb
     FROM unnest($1::uuid[], $2::text[]) AS i (id, input)
+), task AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
+    SELECT i.id, $3, $4, $5, coalesce($6, now()), $7, $8
+    FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
+    ORDER BY i.ord
 )
-INSERT INTO __schema__.cyclone_tasks
-    (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
-SELECT i.id, $3, $4, $5, coalesce($6, now()), $7, $8
-FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
-ORDER BY i.ord;
+SELECT pg_notify($11, $12) WHERE $12::text IS NOT NULL;
 
 -- name: job_insert_unique
--- One standalone job with a unique key ($11; the rest as job_insert_many, for one job). A
--- key held by an active run inserts nothing: ON CONFLICT keeps the caller's transaction
--- usable where an error would abort it.
+-- One standalone job with a unique key ($13; the rest as job_insert_many, for one job, and
+-- the wakeup only if it was inserted). A key held by an active run inserts nothing: ON
+-- CONFLICT keeps the caller's transaction usable where an error would abort it.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
          deadline, trace)
-    VALUES ($1, $3, true, $2::jsonb, $4, $11, 1, 1, $5, $7, $9, $10::jsonb)
+    VALUES ($1, $3, true, $2::jsonb, $4, $13, 1, 1, $5, $7, $9, $10::jsonb)
     ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
     DO NOTHING
     RETURNING r.id
@@ -79,7 +84,8 @@ WITH run AS (
         (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
     SELECT id, $3, $4, $5, coalesce($6, now()), $7, $8 FROM run
 )
-SELECT count(*)::int FROM run;
+SELECT c.n, (SELECT pg_notify($11, $12) WHERE $12::text IS NOT NULL AND c.n > 0)
+FROM (SELECT count(*)::int AS n FROM run) c;
 
 -- name: job_find_unique
 SELECT id FROM __schema__.cyclone_runs
@@ -790,5 +796,8 @@ ORDER BY 1;
 
 -- name: wakeup_notify
 -- One NOTIFY per payload, sent by Cyclone on its own connection, never in a caller's
--- transaction.
-SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p;
+-- transaction. Its commit need not wait for the WAL flush: a notification is a hint that
+-- no crash has to keep, and the server serializes notifying commits until they are done.
+SELECT pg_notify($1, p)
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit,
+     unnest($2::text[]) AS p;
