@@ -117,6 +117,7 @@ class Client:
         self._flush_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._releases: set[asyncio.Task[None]] = set()
+        self._notifying = 0  # inserts in flight that carry their own NOTIFY (see _insert)
 
     def __repr__(self) -> str:
         return f"<cyclone.Client schema={self.schema!r}>"

@@ -125,15 +125,15 @@ async def enqueue(
     with client.observers.enqueue_span(f"enqueue {kind.name}", span):
         trace = trace_text(client)
         if tx is None:
-            # The connection's reset on release is not waited for; the wakeup goes out with
-            # the insert's own commit when nothing else (a sequence lock) shares its transaction.
+            # The connection's reset on release is not waited for (see _insert_jobs for the
+            # wakeup of an insert that commits on its own).
             async with client._borrow() as pooled:
                 if opts.sequence is None:  # each statement commits on its own
                     await _insert_jobs(client, pooled, kind, ids, encoded, opts, queue, trace)
                 else:  # the sequence's lock lasts until the insert commits
                     async with pooled.transaction():
                         await _insert_jobs(client, pooled, kind, ids, encoded, opts, queue, trace)
-            if opts.claimable_now() and not (opts.sequence is None and wakeup_inline(client, opts)):
+            if opts.sequence is not None and opts.claimable_now():
                 client._publish([queue_payload(queue)])
         else:
             conn, tracker = require_transaction(tx)
@@ -142,12 +142,6 @@ async def enqueue(
                 tracker.record(queue)
     client.observers.enqueued(kind.name, queue, len(ids))
     return [ResultRun(client, i, kind.output_type) for i in ids]
-
-
-def wakeup_inline(client: Client, opts: Options) -> bool:
-    """Whether an insert that commits on its own sends its wakeup itself: no coalescing
-    window to wait for, and work claimable at once."""
-    return client.notify_coalesce <= 0 and opts.claimable_now()
 
 
 def trace_text(client: Client) -> str | None:
@@ -169,30 +163,40 @@ async def _insert_jobs(
     q = client.queries
     if opts.sequence is not None:
         await db.sequence_lock(conn, q, kind.name, opts.sequence)
-    # Only an autocommit statement NOTIFYs: never inside a transaction, the caller's or ours.
-    notify = None
-    if not conn.is_in_transaction() and wakeup_inline(client, opts):
-        notify = (client.channel, queue_payload(queue))
-    for _ in range(_UNIQUE_TRIES):
-        inserted = await db.job_insert_many(
-            conn,
-            q,
-            ids=ids,
-            inputs=encoded,
-            kind=kind.name,
-            queue=queue,
-            priority=kind.priority if opts.priority is None else opts.priority,
-            process_at=opts.process_at,
-            max_attempts=kind.max_attempts if opts.max_attempts is None else opts.max_attempts,
-            sequence=opts.sequence,
-            unique=opts.unique,
-            deadline=opts.run_deadline,
-            trace=trace,
-            notify=notify,
-        )
-        if inserted or opts.unique is None:
-            return
-        holder = await db.job_find_unique(conn, q, kind.name, opts.unique)
-        if holder is not None:
-            raise DuplicateError(kind.name, opts.unique, holder)
-    raise RuntimeError(f"unique key {opts.unique!r} of {kind.name!r} kept changing hands")
+    # An insert that commits on its own (Cyclone's autocommit statement, never a transaction,
+    # the caller's or ours) wakes workers itself: its NOTIFY is delivered at its commit. One
+    # at a time: the server serializes notifying commits through their WAL flush, so while
+    # one is in flight the others publish after their commit, merged (client._publish).
+    wake = not conn.is_in_transaction() and opts.claimable_now()
+    inline = wake and client.notify_coalesce <= 0 and not client._notifying
+    notify = (client.channel, queue_payload(queue)) if inline else None
+    client._notifying += int(inline)
+    try:
+        for _ in range(_UNIQUE_TRIES):
+            inserted = await db.job_insert_many(
+                conn,
+                q,
+                ids=ids,
+                inputs=encoded,
+                kind=kind.name,
+                queue=queue,
+                priority=kind.priority if opts.priority is None else opts.priority,
+                process_at=opts.process_at,
+                max_attempts=kind.max_attempts if opts.max_attempts is None else opts.max_attempts,
+                sequence=opts.sequence,
+                unique=opts.unique,
+                deadline=opts.run_deadline,
+                trace=trace,
+                notify=notify,
+            )
+            if inserted or opts.unique is None:
+                break
+            holder = await db.job_find_unique(conn, q, kind.name, opts.unique)
+            if holder is not None:
+                raise DuplicateError(kind.name, opts.unique, holder)
+        else:
+            raise RuntimeError(f"unique key {opts.unique!r} of {kind.name!r} kept changing hands")
+    finally:
+        client._notifying -= int(inline)
+    if wake and not inline:
+        client._publish([queue_payload(queue)])

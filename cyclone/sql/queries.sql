@@ -322,13 +322,15 @@ WITH done AS (
         wait_until = CASE WHEN c.pending_deps = x.n AND x.open AND c.kind IS NULL
                           THEN now() + make_interval(secs => c.wait_timeout) END
     FROM (
-        SELECT e.run_id, e.child, count(*)::int AS n, bool_and(r.state = 'pending') AS open
+        SELECT e.run_id, e.child, count(*)::int AS n,
+               bool_and((SELECT r.state = 'pending' FROM __schema__.cyclone_runs r
+                         WHERE r.id = d.run_id)) AS open
         FROM done d
         JOIN __schema__.cyclone_edges e ON e.run_id = d.run_id AND e.parent = d.node
-        JOIN __schema__.cyclone_runs r ON r.id = d.run_id
         GROUP BY e.run_id, e.child
     ) x
     WHERE c.run_id = x.run_id AND c.node = x.child
+      AND c.run_id = ANY (ARRAY(SELECT run_id FROM done))
     RETURNING c.run_id, c.node, c.kind, c.queue, c.priority, c.max_attempts, c.state,
               c.pending_deps, c.signal IS NOT NULL AS signalled
 ), queued AS (
@@ -343,7 +345,7 @@ WITH done AS (
         finished_at = CASE WHEN r.state = 'pending' AND r.remaining = x.n
                            THEN now() ELSE r.finished_at END
     FROM (SELECT run_id, count(*)::int AS n FROM done GROUP BY run_id) x
-    WHERE r.id = x.run_id
+    WHERE r.id = x.run_id AND r.id = ANY (ARRAY(SELECT run_id FROM done))
     RETURNING r.id, r.state
 )
 SELECT 'queue' AS what, queue AS value, NULL::uuid AS run_id, NULL::text AS node
@@ -749,14 +751,15 @@ WITH doomed AS (
     ORDER BY finished_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-), tasks AS (
-    DELETE FROM __schema__.cyclone_tasks WHERE run_id IN (SELECT id FROM doomed)
+), tasks AS (  -- each by key: an IN (...) here was hashed over a scan of the history
+    DELETE FROM __schema__.cyclone_tasks WHERE run_id = ANY (ARRAY(SELECT id FROM doomed))
 ), steps AS (
-    DELETE FROM __schema__.cyclone_steps WHERE run_id IN (SELECT id FROM doomed)
+    DELETE FROM __schema__.cyclone_steps WHERE run_id = ANY (ARRAY(SELECT id FROM doomed))
 ), edges AS (
-    DELETE FROM __schema__.cyclone_edges WHERE run_id IN (SELECT id FROM doomed)
+    DELETE FROM __schema__.cyclone_edges WHERE run_id = ANY (ARRAY(SELECT id FROM doomed))
 ), runs AS (
-    DELETE FROM __schema__.cyclone_runs WHERE id IN (SELECT id FROM doomed) RETURNING id
+    DELETE FROM __schema__.cyclone_runs WHERE id = ANY (ARRAY(SELECT id FROM doomed))
+    RETURNING id
 )
 SELECT count(*)::int FROM runs;
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 
@@ -178,6 +179,8 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
         ("task_pending_work", (["plan.noop"], [])),
         ("run_lock_many", (run_ids,)),
         ("run_deadline_due", (100,)),
+        ("node_advance", (run_ids, ["a"] * n)),
+        ("run_purge", (dt.datetime.now(dt.UTC), ["completed"], 1_000)),
     ]
     # As right after the burst, then once autovacuum has analyzed the task table alone.
     for analyzed in ("nothing", "cyclone_tasks"):
@@ -193,7 +196,8 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
                     # Runs by key only: never a scan of the history (nor a sort of one).
                     for node, index, cond in reads_of(plan, "cyclone_runs"):
                         assert node in ("Index Scan", "Bitmap Heap Scan"), (where, node, plan)
-                        if index != "idx_runs_deadline":  # pending runs with a deadline
+                        # Pending runs with a deadline; finished runs, oldest first.
+                        if index not in ("idx_runs_deadline", "idx_runs_finished"):
                             assert index == "cyclone_runs_pkey", (where, index, plan)
                             assert cond.startswith("(id = "), (where, "all runs", plan)
                     if name != "task_pending_work":  # a drain's check, which may read them all
