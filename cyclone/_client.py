@@ -117,6 +117,7 @@ class Client:
         self._flush_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._releases: set[asyncio.Task[None]] = set()
+        self._spare: asyncpg.pool.PoolConnectionProxy | None = None
         self._notifying = 0  # inserts in flight that carry their own NOTIFY (see _insert)
 
     def __repr__(self) -> str:
@@ -147,6 +148,7 @@ class Client:
             await asyncio.shield(self._flush_task)
         while self._pending:
             await self._flush()
+        self._release_spare()
         if self._releases:
             await asyncio.wait(self._releases)
 
@@ -157,19 +159,44 @@ class Client:
 
     @contextlib.asynccontextmanager
     async def _borrow(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy]:
-        """A pooled connection that is given back in the background: the pool's reset of a
-        released connection is a round trip that the caller need not wait for."""
-        conn = await self._acquire()
+        """A pooled connection for Cyclone's own statements, given back without the caller
+        waiting for the pool's reset (a round trip).
+
+        Only for statements that leave no session state behind (no SET, LISTEN, cursor or
+        session lock), so a connection left clean is kept until the event loop's next turn:
+        calls in a row, as a loop of enqueues makes them, share it with no reset between.
+        """
+        conn, self._spare = self._spare, None
+        if conn is not None and conn.is_closed():
+            self._release_soon(conn)  # the pool takes a closed connection back too
+            conn = None
+        if conn is None:
+            conn = await self._acquire()
+        clean = False
         try:
             yield conn
+            clean = not conn.is_in_transaction()
         finally:
-            # A task of its own, so the caller's cancellation cannot stop it (asyncpg's
-            # release is shielded too, and closes a connection it cannot reset).
-            task = asyncio.get_running_loop().create_task(
-                self.pool.release(conn), name="cyclone-release"
-            )
-            self._releases.add(task)
-            task.add_done_callback(self._released)
+            if clean and self._spare is None:
+                self._spare = conn
+                asyncio.get_running_loop().call_soon(self._release_spare, conn)
+            else:
+                self._release_soon(conn)
+
+    def _release_spare(self, conn: asyncpg.pool.PoolConnectionProxy | None = None) -> None:
+        """Give the kept connection back (only ``conn``, if given: it may be in use again)."""
+        if self._spare is not None and (conn is None or self._spare is conn):
+            conn, self._spare = self._spare, None
+            self._release_soon(conn)
+
+    def _release_soon(self, conn: asyncpg.pool.PoolConnectionProxy) -> None:
+        # A task of its own, so the caller's cancellation cannot stop it (asyncpg's release
+        # is shielded too, and closes a connection it cannot reset).
+        task = asyncio.get_running_loop().create_task(
+            self.pool.release(conn), name="cyclone-release"
+        )
+        self._releases.add(task)
+        task.add_done_callback(self._released)
 
     def _released(self, task: asyncio.Task[None]) -> None:
         self._releases.discard(task)

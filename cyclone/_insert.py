@@ -8,12 +8,14 @@ Everything is checked before the first statement, so bad input writes nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
 from asyncpg.pgproto.pgproto import UUID as PgUUID
 
 from cyclone import _codec
@@ -29,6 +31,8 @@ from cyclone._wakeups import TrackedConnection, Tx, unwrap
 if TYPE_CHECKING:
     from cyclone._client import Client
     from cyclone._kinds import Kind
+
+logger = logging.getLogger("cyclone")
 
 ENQUEUE_OPTIONS = frozenset(
     {
@@ -170,25 +174,43 @@ async def _insert_jobs(
     wake = not conn.is_in_transaction() and opts.claimable_now()
     inline = wake and client.notify_coalesce <= 0 and not client._notifying
     notify = (client.channel, queue_payload(queue)) if inline else None
-    client._notifying += int(inline)
+    max_attempts = kind.max_attempts if opts.max_attempts is None else opts.max_attempts
+    carrying = int(inline)
+    client._notifying += carrying
     try:
         for _ in range(_UNIQUE_TRIES):
-            inserted = await db.job_insert_many(
-                conn,
-                q,
-                ids=ids,
-                inputs=encoded,
-                kind=kind.name,
-                queue=queue,
-                priority=kind.priority if opts.priority is None else opts.priority,
-                process_at=opts.process_at,
-                max_attempts=kind.max_attempts if opts.max_attempts is None else opts.max_attempts,
-                sequence=opts.sequence,
-                unique=opts.unique,
-                deadline=opts.run_deadline,
-                trace=trace,
-                notify=notify,
-            )
+            try:
+                inserted = await db.job_insert_many(
+                    conn,
+                    q,
+                    ids=ids,
+                    inputs=encoded,
+                    kind=kind.name,
+                    queue=queue,
+                    priority=kind.priority if opts.priority is None else opts.priority,
+                    process_at=opts.process_at,
+                    max_attempts=max_attempts,
+                    sequence=opts.sequence,
+                    unique=opts.unique,
+                    deadline=opts.run_deadline,
+                    trace=trace,
+                    notify=notify,
+                )
+            except asyncpg.ProgramLimitExceededError as exc:
+                if notify is None or "NOTIFY queue" not in str(exc):
+                    raise
+                # The server's notification queue is full (a listener stuck in a long
+                # transaction): the commit failed, taking the insert with it. Insert again
+                # without the NOTIFY; its wakeup is then published after the commit.
+                logger.warning(
+                    "cyclone: enqueueing %s on queue %s without its NOTIFY (%s); workers "
+                    "find it at their next poll",
+                    kind.name,
+                    queue,
+                    exc,
+                )
+                notify, inline = None, False
+                continue
             if inserted or opts.unique is None:
                 break
             holder = await db.job_find_unique(conn, q, kind.name, opts.unique)
@@ -197,6 +219,6 @@ async def _insert_jobs(
         else:
             raise RuntimeError(f"unique key {opts.unique!r} of {kind.name!r} kept changing hands")
     finally:
-        client._notifying -= int(inline)
+        client._notifying -= carrying
     if wake and not inline:
         client._publish([queue_payload(queue)])

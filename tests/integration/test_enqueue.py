@@ -401,3 +401,25 @@ async def test_connections_go_back_to_the_pool(cyclone_env: CycloneEnv) -> None:
         assert len({h.id for h in handles}) == 20
     finally:
         await pool.close()
+
+
+async def test_enqueues_in_a_row_share_one_connection(cyclone_env: CycloneEnv) -> None:
+    """Plain enqueues one after another keep their connection until the event loop's next
+    turn: no acquire, and so no reset round trip on release, between them."""
+    acquired = 0
+
+    async def setup(_conn: object) -> None:  # asyncpg calls it on every acquire
+        nonlocal acquired
+        acquired += 1
+
+    pool = await asyncpg.create_pool(cyclone_env.dsn, min_size=1, max_size=4, setup=setup)
+    client = cyclone.Client(pool)
+    try:
+        for i in range(20):
+            await count_up.enqueue(client, i)
+        assert acquired == 1
+        await asyncio.sleep(0)  # the loop turns: the connection goes back
+        await client.aclose()
+        assert pool.get_idle_size() == pool.get_size()
+    finally:
+        await pool.close()
