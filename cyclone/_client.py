@@ -315,7 +315,7 @@ class Client:
             return
         try:
             if conn is None:
-                async with self._acquire() as pooled:
+                async with self._borrow() as pooled:
                     await db.wakeup_notify(pooled, self.queries, self.channel, payloads)
             else:
                 await db.wakeup_notify(conn, self.queries, self.channel, payloads)
