@@ -133,6 +133,9 @@ class Client:
         self._pending: set[str] = set()
         self._flush_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
+        self._releases: set[asyncio.Task[None]] = set()
+        self._spare: asyncpg.pool.PoolConnectionProxy | None = None
+        self._notifying = 0  # inserts in flight that carry their own NOTIFY (see _insert)
 
     def __repr__(self) -> str:
         return f"<cyclone.Client schema={self.schema!r}>"
@@ -162,11 +165,63 @@ class Client:
             await asyncio.shield(self._flush_task)
         while self._pending:
             await self._flush()
+        self._release_spare()
+        if self._releases:
+            await asyncio.wait(self._releases)
 
     def _acquire(self) -> Any:
         if self.pool.is_closing():
             raise InvalidStateError("the client's asyncpg pool is closed")
         return self.pool.acquire()
+
+    @contextlib.asynccontextmanager
+    async def _borrow(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy]:
+        """A pooled connection for Cyclone's own statements, given back without the caller
+        waiting for the pool's reset (a round trip).
+
+        Only for statements that leave no session state behind (no SET, LISTEN, cursor or
+        session lock), so a connection left clean is kept until the event loop's next turn:
+        calls in a row, as a loop of enqueues makes them, share it with no reset between.
+        """
+        conn, self._spare = self._spare, None
+        if conn is not None and conn.is_closed():
+            self._release_soon(conn)  # the pool takes a closed connection back too
+            conn = None
+        if conn is None:
+            conn = await self._acquire()
+        clean = False
+        try:
+            yield conn
+            clean = not conn.is_in_transaction()
+        finally:
+            if clean and self._spare is None:
+                self._spare = conn
+                asyncio.get_running_loop().call_soon(self._release_spare, conn)
+            else:
+                self._release_soon(conn)
+
+    def _release_spare(self, conn: asyncpg.pool.PoolConnectionProxy | None = None) -> None:
+        """Give the kept connection back (only ``conn``, if given: it may be in use again)."""
+        if self._spare is not None and (conn is None or self._spare is conn):
+            conn, self._spare = self._spare, None
+            self._release_soon(conn)
+
+    def _release_soon(self, conn: asyncpg.pool.PoolConnectionProxy) -> None:
+        # A task of its own, so the caller's cancellation cannot stop it (asyncpg's release
+        # is shielded too, and closes a connection it cannot reset).
+        task = asyncio.get_running_loop().create_task(
+            self.pool.release(conn), name="cyclone-release"
+        )
+        self._releases.add(task)
+        task.add_done_callback(self._released)
+
+    def _released(self, task: asyncio.Task[None]) -> None:
+        self._releases.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.warning(
+                "giving a connection back to the pool failed (%s); asyncpg closed it",
+                exc,
+            )
 
     async def migrate(self) -> list[int]:
         """Create or update Cyclone's tables; safe to call from many processes at once.
@@ -301,7 +356,7 @@ class Client:
             return
         try:
             if conn is None:
-                async with self._acquire() as pooled:
+                async with self._borrow() as pooled:
                     await db.wakeup_notify(pooled, self.queries, self.channel, payloads)
             else:
                 await db.wakeup_notify(conn, self.queries, self.channel, payloads)

@@ -81,16 +81,21 @@ async def job_insert_many(
     unique: str | None,
     deadline: dt.datetime | None,
     trace: str | None,
+    notify: tuple[str, str] | None = None,
 ) -> int:
     """Insert standalone jobs; return how many were inserted (0: a unique key was held).
 
-    A unique key goes with exactly one job.
+    A unique key goes with exactly one job. ``notify`` (channel, payload) is sent by the same
+    statement, so only when the statement commits on its own (autocommit).
     """
+    channel, payload = notify or (None, None)
     rest = (kind, queue, priority, process_at, max_attempts, sequence, deadline, trace)
     if unique is None:
-        await conn.execute(q["job_insert_many"], ids, inputs, *rest)
+        await conn.execute(q["job_insert_many"], ids, inputs, *rest, channel, payload)
         return len(ids)
-    count: int = await conn.fetchval(q["job_insert_unique"], ids[0], inputs[0], *rest, unique)
+    count: int = await conn.fetchval(
+        q["job_insert_unique"], ids[0], inputs[0], *rest, channel, payload, unique
+    )
     return count
 
 

@@ -360,7 +360,7 @@ class Worker:
 
     async def _claim(self, queue: _Queue, limit: int) -> None:
         started = time.perf_counter()
-        async with self.client._acquire() as conn:
+        async with self.client._borrow() as conn:  # its reset is not waited for
             rows = await db.task_claim(
                 conn,
                 self.client.queries,

@@ -12,6 +12,17 @@
 -- A job transition that decides on the run's state (cancel, deadline) first locks both in
 --   that order in a statement of its own (job_lock), as workflows do with run_lock_many.
 -- A job run and a workflow run are never the same run, so the two orders never meet.
+--
+-- Plans that statistics cannot turn: the run history only grows, and the task table changes
+-- faster than ANALYZE follows, so a hot statement reaches its rows by key in forms the
+-- planner can only plan one way. A run read per task is a scalar subquery (never turned into
+-- a join, its condition rated one half whatever the statistics say). A batch's tasks are
+-- locked one by one in a LATERAL subquery with FOR UPDATE (never pulled up: a nested loop
+-- over the keys, in id order). A write to a batch's rows also matches
+-- `key = ANY (ARRAY(SELECT ...))`: an index condition whose array the planner cannot size,
+-- so it reads the rows by key whether the batch is 1 row or 1,000 and the table 10 or 10
+-- million; a join alone would be hashed over a scan of the whole table once the batch looks
+-- large beside it.
 
 -- name: migrations_lock
 SELECT pg_advisory_xact_lock(1668899692, hashtext($1));
@@ -39,27 +50,32 @@ SELECT pg_advisory_xact_lock(1668899693, hashtext($1 || chr(31) || $2));
 
 -- name: job_insert_many
 -- Standalone jobs: a run row and a task row each, tasks in input order (the sequence order).
+-- $12, when not NULL, is a wakeup to NOTIFY on channel $11 at the statement's commit: only
+-- ever for an insert that commits on its own (Cyclone's autocommit statement, never a
+-- caller's transaction), which saves the wakeup a statement and a connection of its own.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs
         (id, name, job, input, queue, nodes, remaining, priority, max_attempts, deadline, trace)
     SELECT i.id, $3, true, i.input::jsonb, $4, 1, 1, $5, $7, $9, $10::jsonb
     FROM unnest($1::uuid[], $2::text[]) AS i (id, input)
+), task AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
+    SELECT i.id, $3, $4, $5, coalesce($6, now()), $7, $8
+    FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
+    ORDER BY i.ord
 )
-INSERT INTO __schema__.cyclone_tasks
-    (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
-SELECT i.id, $3, $4, $5, coalesce($6, now()), $7, $8
-FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
-ORDER BY i.ord;
+SELECT pg_notify($11, $12) WHERE $12::text IS NOT NULL;
 
 -- name: job_insert_unique
--- One standalone job with a unique key ($11; the rest as job_insert_many, for one job). A
--- key held by an active run inserts nothing: ON CONFLICT keeps the caller's transaction
--- usable where an error would abort it.
+-- One standalone job with a unique key ($13; the rest as job_insert_many, for one job, and
+-- the wakeup only if it was inserted). A key held by an active run inserts nothing: ON
+-- CONFLICT keeps the caller's transaction usable where an error would abort it.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
          deadline, trace)
-    VALUES ($1, $3, true, $2::jsonb, $4, $11, 1, 1, $5, $7, $9, $10::jsonb)
+    VALUES ($1, $3, true, $2::jsonb, $4, $13, 1, 1, $5, $7, $9, $10::jsonb)
     ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
     DO NOTHING
     RETURNING r.id
@@ -68,7 +84,8 @@ WITH run AS (
         (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
     SELECT id, $3, $4, $5, coalesce($6, now()), $7, $8 FROM run
 )
-SELECT count(*)::int FROM run;
+SELECT c.n, (SELECT pg_notify($11, $12) WHERE $12::text IS NOT NULL AND c.n > 0)
+FROM (SELECT count(*)::int AS n FROM run) c;
 
 -- name: job_find_unique
 SELECT id FROM __schema__.cyclone_runs
@@ -122,38 +139,51 @@ FROM __schema__.cyclone_runs WHERE name = $1 AND key = $2;
 -- sequence is live (available, running, or failed and blocking). The claim commits without
 -- waiting for its WAL flush: a claim lost in a crash only makes the task available again,
 -- which is what a crash does to it anyway.
+--
+-- The tasks are chosen from cyclone_tasks alone, walking the claim index, and each one's run
+-- is read by its key in a scalar subquery: PostgreSQL never turns a scalar subquery into a
+-- join, and it rates a subquery's condition at one half whatever the statistics say. As a
+-- join, a run history whose statistics know of no pending run (the usual state right after
+-- a burst of enqueues: autovacuum analyzes the small task table long before the run
+-- history) was planned as a scan of every run, then a sort.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
-), picked AS (
-    SELECT t.run_id, t.id, r.name, r.input::text AS input, r.trace::text AS trace
+), picked AS MATERIALIZED (
+    SELECT t.run_id, t.id
     FROM __schema__.cyclone_tasks t
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.state = 'available' AND t.queue = $1 AND t.available_at <= now()
       AND t.kind = ANY ($2::text[])
       -- A failed run starts nothing more, not even a node whose attempt failed or whose
       -- lease expired after the run failed; retry_all re-opens the run and so the task.
-      AND r.state = 'pending'
       -- A node's input may need its workflow's input function: only workers that know
       -- the workflow take its nodes.
-      AND (t.node IS NULL OR r.name = ANY ($6::text[]))
+      AND (SELECT r.state = 'pending' AND (t.node IS NULL OR r.name = ANY ($6::text[]))
+           FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
       AND (t.sequence_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM __schema__.cyclone_tasks h
             WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key AND h.id < t.id))
     ORDER BY t.priority DESC, t.available_at, t.id
     LIMIT $3
     FOR UPDATE OF t SKIP LOCKED
+), claimed AS (
+    UPDATE __schema__.cyclone_tasks t
+    SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
+        lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
+    FROM picked, async_commit
+    WHERE t.run_id = picked.run_id AND t.id = picked.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM picked))
+    RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
+        -- The claimed tasks' runs, by key again (one read for the three columns).
+        (SELECT ARRAY[r.name, r.input::text, r.trace::text]
+         FROM __schema__.cyclone_runs r WHERE r.id = t.run_id) AS run,
+        (SELECT jsonb_object_agg(e.parent, s.output)::text
+         FROM __schema__.cyclone_edges e
+         JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
+         WHERE e.run_id = t.run_id AND e.child = t.node) AS deps
 )
-UPDATE __schema__.cyclone_tasks t
-SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
-    lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
-FROM picked, async_commit
-WHERE t.run_id = picked.run_id AND t.id = picked.id
-RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
-    picked.name, picked.input, picked.trace,
-    (SELECT jsonb_object_agg(e.parent, s.output)::text
-     FROM __schema__.cyclone_edges e
-     JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
-     WHERE e.run_id = t.run_id AND e.child = t.node) AS deps;
+SELECT id, run_id, node, kind, attempt, max_attempts, claims,
+    run[1] AS name, run[2] AS input, run[3] AS trace, deps
+FROM claimed;
 
 -- name: task_heartbeat
 -- Extend the leases of tasks this worker still owns; a task missing from the result was
@@ -162,31 +192,36 @@ WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ), mine AS (
     SELECT t.run_id, t.id
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[]) AS h (run_id, id, claims)
-      ON t.run_id = h.run_id AND t.id = h.id AND t.claims = h.claims
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[]) AS h (run_id, id, claims)
+          ORDER BY h.id) h
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = h.run_id AND t.id = h.id AND t.claims = h.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 )
 UPDATE __schema__.cyclone_tasks t SET lease_until = now() + make_interval(secs => $4)
-FROM mine, async_commit WHERE t.run_id = mine.run_id AND t.id = mine.id
+FROM mine, async_commit
+WHERE t.run_id = mine.run_id AND t.id = mine.id
+  AND t.run_id = ANY (ARRAY(SELECT run_id FROM mine))
 RETURNING t.id, t.claims;
 
 -- name: task_pending_work
 -- Whether a worker serving kinds $1 and workflows $2 has work running, or claimable now by
--- the rules of task_claim (for draining in tests).
+-- the rules of task_claim (for draining in tests); runs are read by key, as there.
 SELECT EXISTS (
     SELECT 1 FROM __schema__.cyclone_tasks t
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.kind = ANY ($1::text[])
-      AND (t.node IS NULL OR r.name = ANY ($2::text[]))
       AND (t.state = 'running'
-           OR (t.state = 'available' AND t.available_at <= now() AND r.state = 'pending'
+           OR (t.state = 'available' AND t.available_at <= now()
                AND (t.sequence_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM __schema__.cyclone_tasks h
                     WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key
                       AND h.id < t.id))))
+      AND (SELECT (t.state = 'running' OR r.state = 'pending')
+                  AND (t.node IS NULL OR r.name = ANY ($2::text[]))
+           FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
 );
 
 -- name: run_lock_many
@@ -199,51 +234,59 @@ WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE;
 -- cancelled) matches nothing: that completion is rejected.
 WITH fenced AS (
     SELECT t.run_id, t.id, c.output
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[]) AS c (run_id, id, claims, output)
-      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[])
+              AS c (run_id, id, claims, output)
+          ORDER BY c.id) c
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 ), done AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced))
     RETURNING t.id, t.claims, t.run_id, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_runs r
 SET state = 'completed', output = d.output::jsonb, remaining = 0, attempts = d.attempt,
     errors = d.errors, finished_at = now(), completed_task = d.id, completed_claims = d.claims
 FROM done d
-WHERE r.id = d.run_id AND r.state = 'pending'
+WHERE r.id = d.run_id AND r.state = 'pending' AND r.id = ANY (ARRAY(SELECT run_id FROM done))
 RETURNING d.id, d.claims, r.id AS run_id;
 
 -- name: attempts_completed
 -- Which of these attempts (run, node or NULL for a job, task id, claim count) completed
 -- their job or node: after a completion write whose reply was lost, whether it committed.
 -- (task id, claims) names one attempt for good: ids are never reused, every claim counts up.
+-- Each attempt's run or step by key (an EXISTS here is hashed over the whole history).
 SELECT a.run_id, a.node
 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[]) AS a (run_id, node, task, claims)
-WHERE (a.node IS NULL AND EXISTS (
-          SELECT 1 FROM __schema__.cyclone_runs r
-          WHERE r.id = a.run_id AND r.completed_task = a.task AND r.completed_claims = a.claims))
-   OR (a.node IS NOT NULL AND EXISTS (
-          SELECT 1 FROM __schema__.cyclone_steps s
-          WHERE s.run_id = a.run_id AND s.node = a.node
-            AND s.completed_task = a.task AND s.completed_claims = a.claims));
+WHERE CASE WHEN a.node IS NULL
+    THEN (SELECT r.completed_task = a.task AND r.completed_claims = a.claims
+          FROM __schema__.cyclone_runs r WHERE r.id = a.run_id)
+    ELSE (SELECT s.completed_task = a.task AND s.completed_claims = a.claims
+          FROM __schema__.cyclone_steps s WHERE s.run_id = a.run_id AND s.node = a.node)
+    END;
 
 -- name: node_finish_many
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
 WITH fenced AS (
     SELECT t.run_id, t.id, c.output
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[]) AS c (run_id, id, claims, output)
-      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[])
+              AS c (run_id, id, claims, output)
+          ORDER BY c.id) c
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 ), done AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced))
     RETURNING t.id, t.claims, t.run_id, t.node, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_steps s
@@ -251,6 +294,7 @@ SET state = 'completed', output = d.output::jsonb, attempts = d.attempt, errors 
     finished_at = now(), completed_task = d.id, completed_claims = d.claims
 FROM done d
 WHERE s.run_id = d.run_id AND s.node = d.node
+  AND s.run_id = ANY (ARRAY(SELECT run_id FROM done))
 RETURNING d.id, d.claims, s.run_id, s.node;
 
 -- name: wait_finish_many
@@ -278,13 +322,15 @@ WITH done AS (
         wait_until = CASE WHEN c.pending_deps = x.n AND x.open AND c.kind IS NULL
                           THEN now() + make_interval(secs => c.wait_timeout) END
     FROM (
-        SELECT e.run_id, e.child, count(*)::int AS n, bool_and(r.state = 'pending') AS open
+        SELECT e.run_id, e.child, count(*)::int AS n,
+               bool_and((SELECT r.state = 'pending' FROM __schema__.cyclone_runs r
+                         WHERE r.id = d.run_id)) AS open
         FROM done d
         JOIN __schema__.cyclone_edges e ON e.run_id = d.run_id AND e.parent = d.node
-        JOIN __schema__.cyclone_runs r ON r.id = d.run_id
         GROUP BY e.run_id, e.child
     ) x
     WHERE c.run_id = x.run_id AND c.node = x.child
+      AND c.run_id = ANY (ARRAY(SELECT run_id FROM done))
     RETURNING c.run_id, c.node, c.kind, c.queue, c.priority, c.max_attempts, c.state,
               c.pending_deps, c.signal IS NOT NULL AS signalled
 ), queued AS (
@@ -299,7 +345,7 @@ WITH done AS (
         finished_at = CASE WHEN r.state = 'pending' AND r.remaining = x.n
                            THEN now() ELSE r.finished_at END
     FROM (SELECT run_id, count(*)::int AS n FROM done GROUP BY run_id) x
-    WHERE r.id = x.run_id
+    WHERE r.id = x.run_id AND r.id = ANY (ARRAY(SELECT run_id FROM done))
     RETURNING r.id, r.state
 )
 SELECT 'queue' AS what, queue AS value, NULL::uuid AS run_id, NULL::text AS node
@@ -316,25 +362,30 @@ SELECT 'ended', state, id, NULL FROM counted WHERE state <> 'pending';
 -- failed meanwhile (a failed workflow lets running nodes finish), the node is parked as
 -- run_fail parks unstarted ones: no available task is left in a run that starts nothing.
 WITH fenced AS (
-    SELECT t.run_id, t.id, c.delay, c.refund, r.state = 'pending' AS open,
+    SELECT t.run_id, t.id, c.delay, c.refund,
+           (SELECT r.state = 'pending' FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+               AS open,
            CASE WHEN c.error IS NULL THEN t.errors ELSE t.errors || c.error::jsonb END AS errors
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::bool[])
-        AS c (run_id, id, claims, delay, error, refund)
-      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[],
+                               $6::bool[]) AS c (run_id, id, claims, delay, error, refund)
+          ORDER BY c.id) c
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id, t.errors FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 ), parked AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id AND NOT f.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced WHERE NOT open))
     RETURNING t.id, t.run_id, t.node, t.attempt - f.refund::int AS attempt, f.errors
 ), park AS (
     UPDATE __schema__.cyclone_steps s
     SET state = 'pending', attempts = p.attempt, errors = p.errors
     FROM parked p
     WHERE s.run_id = p.run_id AND s.node = p.node
+      AND s.run_id = ANY (ARRAY(SELECT run_id FROM parked))
 ), retried AS (
     UPDATE __schema__.cyclone_tasks t
     SET state = 'available', available_at = now() + make_interval(secs => f.delay),
@@ -342,6 +393,7 @@ WITH fenced AS (
         errors = f.errors
     FROM fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id AND f.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced WHERE open))
     RETURNING t.id, t.queue
 )
 SELECT id, queue FROM retried
@@ -433,13 +485,15 @@ ORDER BY deadline LIMIT $1;
 -- available at once, the lost attempt recorded as an error; parked instead if their run
 -- failed meanwhile, as in task_retry_many.
 WITH expired AS (
-    SELECT t.run_id, t.id, r.state = 'pending' AS open, coalesce(t.worker, '?') AS lost_by,
+    SELECT t.run_id, t.id,
+           (SELECT r.state = 'pending' FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+               AS open,
+           coalesce(t.worker, '?') AS lost_by,
            t.errors || jsonb_build_object(
                'attempt', t.attempt, 'type', 'LeaseExpired', 'at', now(),
                'message', 'the lease expired: worker ' || coalesce(t.worker, '?')
                           || ' stopped renewing it') AS errors
     FROM __schema__.cyclone_tasks t
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.state = 'running' AND t.lease_until < now() AND t.attempt < t.max_attempts
     ORDER BY t.id
     LIMIT $1
@@ -447,18 +501,21 @@ WITH expired AS (
 ), parked AS (
     DELETE FROM __schema__.cyclone_tasks t USING expired e
     WHERE t.run_id = e.run_id AND t.id = e.id AND NOT e.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM expired WHERE NOT open))
     RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, e.errors, e.lost_by
 ), park AS (
     UPDATE __schema__.cyclone_steps s
     SET state = 'pending', attempts = p.attempt, errors = p.errors
     FROM parked p
     WHERE s.run_id = p.run_id AND s.node = p.node
+      AND s.run_id = ANY (ARRAY(SELECT run_id FROM parked))
 ), reclaimed AS (
     UPDATE __schema__.cyclone_tasks t
     SET state = 'available', available_at = now(), lease_until = NULL, worker = NULL,
         errors = e.errors
     FROM expired e
     WHERE t.run_id = e.run_id AND t.id = e.id AND e.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM expired WHERE open))
     RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.queue, e.lost_by
 )
 SELECT id, run_id, node, kind, attempt, max_attempts, queue, lost_by FROM reclaimed
@@ -704,14 +761,15 @@ WITH doomed AS (
     ORDER BY finished_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-), tasks AS (
-    DELETE FROM __schema__.cyclone_tasks WHERE run_id IN (SELECT id FROM doomed)
+), tasks AS (  -- each by key: an IN (...) here was hashed over a scan of the history
+    DELETE FROM __schema__.cyclone_tasks WHERE run_id = ANY (ARRAY(SELECT id FROM doomed))
 ), steps AS (
-    DELETE FROM __schema__.cyclone_steps WHERE run_id IN (SELECT id FROM doomed)
+    DELETE FROM __schema__.cyclone_steps WHERE run_id = ANY (ARRAY(SELECT id FROM doomed))
 ), edges AS (
-    DELETE FROM __schema__.cyclone_edges WHERE run_id IN (SELECT id FROM doomed)
+    DELETE FROM __schema__.cyclone_edges WHERE run_id = ANY (ARRAY(SELECT id FROM doomed))
 ), runs AS (
-    DELETE FROM __schema__.cyclone_runs WHERE id IN (SELECT id FROM doomed) RETURNING id
+    DELETE FROM __schema__.cyclone_runs WHERE id = ANY (ARRAY(SELECT id FROM doomed))
+    RETURNING id
 )
 SELECT count(*)::int FROM runs;
 
@@ -827,5 +885,8 @@ ORDER BY started_at DESC, id;
 
 -- name: wakeup_notify
 -- One NOTIFY per payload, sent by Cyclone on its own connection, never in a caller's
--- transaction.
-SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p;
+-- transaction. Its commit need not wait for the WAL flush: a notification is a hint that
+-- no crash has to keep, and the server serializes notifying commits until they are done.
+SELECT pg_notify($1, p)
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit,
+     unnest($2::text[]) AS p;
