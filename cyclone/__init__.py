@@ -21,6 +21,7 @@ from cyclone._errors import (
     NoOutputError,
     NotInTransactionError,
     PayloadTooLargeError,
+    ReadOnlyServerError,
     RunCancelledError,
     RunFailedError,
     RunNotFoundError,
@@ -28,6 +29,7 @@ from cyclone._errors import (
     SchemaVersionError,
     SubmitConflictError,
     UnknownKindError,
+    UnsupportedPoolerError,
 )
 from cyclone._kinds import Kind, Step, action, register_kind, step
 from cyclone._observe import Observer
@@ -69,6 +71,7 @@ __all__ = [
     "Observer",
     "PayloadTooLargeError",
     "QueueStats",
+    "ReadOnlyServerError",
     "ResultRun",
     "ResultWorkflow",
     "Retention",
@@ -91,6 +94,7 @@ __all__ = [
     "Tx",
     "UnknownKindError",
     "UnservedWork",
+    "UnsupportedPoolerError",
     "Wakeups",
     "Worker",
     "Workflow",

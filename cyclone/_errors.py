@@ -17,7 +17,9 @@
     ├── InvalidInputError         (also TypeError) a payload or option that cannot be used
     ├── PayloadTooLargeError      (also ValueError) an input or output over the client limit
     ├── SchemaNotMigratedError    the schema lacks migrations this package ships
-    └── SchemaVersionError        the schema has migrations this package does not know
+    ├── SchemaVersionError        the schema has migrations this package does not know
+    ├── ReadOnlyServerError       migrate() on a server that takes no writes (a standby?)
+    └── UnsupportedPoolerError    a pooler in transaction mode, configured in a way it breaks
 
 Lease loss and run cancellation reach a running handler as ``asyncio.CancelledError``,
 a ``BaseException``, so ``except Exception`` in user code cannot swallow them.
@@ -158,3 +160,22 @@ class SchemaVersionError(CycloneError):
         )
         self.schema = schema
         self.unknown = unknown
+
+
+class ReadOnlyServerError(CycloneError):
+    """``migrate()`` reached a server that takes no writes: a hot standby, or a session with
+    ``default_transaction_read_only`` on. Run migrations against the primary."""
+
+    def __init__(self, schema: str) -> None:
+        super().__init__(
+            f"migrating schema {schema!r}: connected to a read-only server (a standby?): run "
+            "migrations against the primary; with a multi-host DSN add "
+            "target_session_attrs=read-write"
+        )
+        self.schema = schema
+
+
+class UnsupportedPoolerError(CycloneError):
+    """The pool goes through a connection pooler in transaction mode (PgBouncer's
+    ``pool_mode = transaction``) with a setting that cannot work through it: asyncpg's
+    statement cache, or LISTEN. The message names the fix."""

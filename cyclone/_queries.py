@@ -404,3 +404,20 @@ async def worker_leave(conn: Conn, q: Queries, worker: str) -> None:
 async def wakeup_notify(conn: Conn, q: Queries, channel: str, payloads: Sequence[str]) -> None:
     """Send one NOTIFY per payload."""
     await conn.execute(q["wakeup_notify"], channel, payloads)
+
+
+async def server_backend_pid(conn: Conn, q: Queries, *, prepared_as: str | None = None) -> int:
+    """The pid of the backend that runs this statement; ``prepared_as``: run it as a named
+    prepared statement of that name, left on the server (a pooler probe's evidence)."""
+    if prepared_as is None:
+        pid: int = await conn.fetchval(q["server_backend_pid"])
+        return pid
+    statement = await conn.prepare(q["server_backend_pid"], name=prepared_as)
+    pid = await statement.fetchval()
+    return pid
+
+
+async def server_statement_exists(conn: Conn, q: Queries, name: str) -> bool:
+    """Whether the backend running this statement holds a prepared statement ``name``."""
+    found: bool = await conn.fetchval(q["server_statement_exists"], name)
+    return found
