@@ -20,7 +20,7 @@ MESSAGE = (
 )
 
 
-async def _schemas(conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy) -> list[str]:
+async def _schemas(conn: asyncpg.Pool | asyncpg.pool.PoolConnectionProxy) -> list[str]:
     rows = await conn.fetch("SELECT nspname FROM pg_namespace WHERE nspname = 'fresh'")
     return [r["nspname"] for r in rows]
 

@@ -72,7 +72,7 @@ async def test_a_worker_waits_for_the_database_then_starts(
         await asyncio.to_thread(stopped.start)
         await asyncio.wait_for(starting, 120)
         run = await echo.enqueue(client, 7)
-        assert await run.result(timeout=60) == 7  # type: ignore[attr-defined]
+        assert await run.result(timeout=60) == 7
     finally:
         await worker.stop()
         await pool.close()
@@ -142,7 +142,7 @@ async def test_the_cli_worker_waits_for_the_database(stopped: Cluster) -> None:
         pool = await asyncpg.create_pool(stopped.dsn, min_size=0, max_size=2)
         try:
             run = await echo.enqueue(cyclone.Client(pool, notify=False), 3)
-            assert await run.result(timeout=60) == 3  # type: ignore[attr-defined]
+            assert await run.result(timeout=60) == 3
         finally:
             await pool.close()
         proc.send_signal(signal.SIGTERM)
