@@ -26,6 +26,7 @@ from cyclone._errors import (
     RunFailedError,
     RunNotFoundError,
 )
+from cyclone._keys import validate_key, validate_name
 from cyclone._notifier import Notifier, queue_payload
 from cyclone._observe import Observer, Observers
 from cyclone._options import seconds, validate_int
@@ -342,6 +343,8 @@ class Client:
         """Runs matching ``query``, newest first, one page at a time."""
         query = query or RunQuery()
         limit = validate_int(query.limit, what="limit", low=1)
+        name = None if query.name is None else validate_name(query.name, what="name")
+        key = None if query.key is None else validate_key(query.key)
         states = query.state
         if isinstance(states, RunState | str):
             states = [states]
@@ -356,8 +359,8 @@ class Client:
                 conn,
                 self.queries,
                 None,
-                query.name,
-                query.key,
+                name,
+                key,
                 query.created_after,
                 query.created_before,
                 cursor,
@@ -431,6 +434,7 @@ class Client:
 
         A signal for a node not yet reachable is kept and applied when it is reached.
         """
+        validate_name(node, what="node")
         encoded = _codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
         async with self._acquire() as conn, conn.transaction():
             effects = await _transitions.signal(conn, self.queries, run_id, node, encoded)

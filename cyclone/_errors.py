@@ -15,6 +15,7 @@
     ├── ContextError              a handler context used outside its handler
     ├── InvalidKeyError           (also ValueError) a key breaking the key rules
     ├── InvalidInputError         (also TypeError) a payload or option that cannot be used
+    │   └── InvalidNameError      (also ValueError) a schema, queue, kind or node name
     ├── PayloadTooLargeError      (also ValueError) an input or output over the client limit
     ├── SchemaNotMigratedError    the schema lacks migrations this package ships
     ├── SchemaVersionError        the schema has migrations this package does not know
@@ -119,6 +120,10 @@ class InvalidKeyError(CycloneError, ValueError):
 
 class InvalidInputError(CycloneError, TypeError):
     """A payload that does not encode, or an option of the wrong type; nothing was written."""
+
+
+class InvalidNameError(InvalidInputError, ValueError):
+    """A schema, queue, kind, workflow or node name that breaks its rules; nothing was written."""
 
 
 class PayloadTooLargeError(CycloneError, ValueError):
