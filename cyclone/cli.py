@@ -583,6 +583,8 @@ def runs_signal(ctx: click.Context, run_id: str, node: str, payload: str | None)
         raise Failure(
             f"--payload is not JSON ({exc}); quote it for the shell: --payload '{{\"ok\": true}}'"
         ) from None
+    except RecursionError:
+        raise Failure("--payload is nested too deeply to decode") from None
     _run(_with_client(ctx, lambda c: c.signal(rid, node, value)))
     click.echo(f"signalled {node} of run {rid}")
 
