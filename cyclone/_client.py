@@ -14,17 +14,19 @@ from typing import Any, TypeVar, overload
 
 import asyncpg
 
-from cyclone import _codec, _schema, _transitions
+from cyclone import _codec, _pooler, _schema, _transitions
 from cyclone import _queries as db
 from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._errors import (
     InvalidInputError,
     InvalidStateError,
     NoOutputError,
+    ReadOnlyServerError,
     RunCancelledError,
     RunFailedError,
     RunNotFoundError,
 )
+from cyclone._keys import validate_key, validate_name
 from cyclone._notifier import Notifier, queue_payload
 from cyclone._observe import Observer, Observers
 from cyclone._options import seconds, validate_int
@@ -101,7 +103,9 @@ class Client:
     affect ``publish_wakeups``. ``notify_coalesce`` (seconds) gathers wakeups published within
     that window into one NOTIFY per queue. ``payload_limit`` and ``output_limit`` cap encoded
     inputs and outputs in bytes. ``retention`` (a :class:`Retention`) makes every worker of this
-    client delete terminal runs once they are old enough.
+    client delete terminal runs once they are old enough. ``listen_dsn`` is where the LISTEN
+    connection goes (default: the pool's own connect arguments): a DSN straight to PostgreSQL
+    when the pool goes through PgBouncer in transaction mode, which cannot keep a LISTEN.
     """
 
     def __init__(
@@ -114,6 +118,7 @@ class Client:
         retention: Retention | None = None,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         output_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        listen_dsn: str | None = None,
     ) -> None:
         if not isinstance(pool, asyncpg.Pool):
             raise InvalidInputError(f"Client needs an asyncpg.Pool, got {type(pool).__name__}")
@@ -128,7 +133,10 @@ class Client:
         self.retention = retention
         self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
         self.output_limit = validate_int(output_limit, what="output_limit", low=1)
-        self._notifier = Notifier(pool, self.channel)
+        if listen_dsn is not None and (not isinstance(listen_dsn, str) or not self.notify):
+            raise InvalidInputError("listen_dsn must be a DSN (str), and needs notify=True")
+        self.listen_dsn = listen_dsn
+        self._notifier = Notifier(pool, self.channel, listen_dsn=listen_dsn)
         self.observers = Observers()
         self._pending: set[str] = set()
         self._flush_task: asyncio.Task[None] | None = None
@@ -233,6 +241,8 @@ class Client:
                 async with self._acquire() as conn, conn.transaction():
                     applied = await db.migrations_apply(conn, self.queries)
                 break
+            except asyncpg.ReadOnlySQLTransactionError as exc:
+                raise ReadOnlyServerError(self.schema) from exc
             except asyncpg.DeadlockDetectedError:
                 # A migration that locks tables can meet running workers locking rows in
                 # another order; PostgreSQL aborts one side, and both sides try again.
@@ -258,9 +268,22 @@ class Client:
 
     async def check_schema(self) -> None:
         """Raise :class:`SchemaNotMigratedError` if the schema lacks migrations this package
-        ships, :class:`SchemaVersionError` if it has some this package does not know."""
+        ships, :class:`SchemaVersionError` if it has some this package does not know, and
+        :class:`UnsupportedPoolerError` if the pool goes through a pooler in transaction mode
+        with asyncpg's statement cache on (docs/operations.md, PgBouncer)."""
         async with self._acquire() as conn:
             await _schema.check(conn, self.queries)
+        await _pooler.check(self.pool, self.queries, listens=False)
+
+    async def _wait_until_ready(self, *, wait_for_schema: bool) -> None:
+        """Wait until the database answers (and, with ``wait_for_schema``, is migrated), then
+        check the pool's route to it: what a worker does before it starts."""
+        if self.pool.is_closing():
+            raise InvalidStateError("the client's asyncpg pool is closed")
+        listens = self.notify and self.listen_dsn is None
+        await _schema.wait_until_ready(
+            self.pool, self.queries, wait_for_schema=wait_for_schema, listens=listens
+        )
 
     @property
     def schedules(self) -> Schedules:
@@ -472,6 +495,7 @@ class Client:
 
         A signal for a node not yet reachable is kept and applied when it is reached.
         """
+        validate_name(node, what="node")
         encoded = _codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
         async with self._acquire() as conn, conn.transaction():
             effects = await _transitions.signal(conn, self.queries, run_id, node, encoded)
@@ -689,8 +713,8 @@ def _search_args(query: RunQuery) -> list[Any]:
         except ValueError:
             raise InvalidInputError(f"not a cursor from list_runs: {query.cursor!r}") from None
     return [
-        query.name,
-        query.key,
+        None if query.name is None else validate_name(query.name, what="name"),
+        None if query.key is None else validate_key(query.key),
         query.created_after,
         query.created_before,
         cursor,

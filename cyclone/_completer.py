@@ -28,6 +28,7 @@ from cyclone._transitions import Effects
 logger = logging.getLogger("cyclone")
 
 _TRACEBACK_LIMIT = 8000
+_MESSAGE_LIMIT = 2000
 _WRITE_TRIES = 5
 
 
@@ -96,9 +97,10 @@ def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = Non
         {
             "attempt": claimed.attempt,
             "type": kind or type(exc).__qualname__,
-            # jsonb cannot store NUL; an error that could not be stored would be lost.
-            "message": str(exc).replace("\x00", "\ufffd"),
-            "traceback": tb[-_TRACEBACK_LIMIT:].replace("\x00", "\ufffd"),
+            # jsonb cannot store NUL or lone surrogates; an error that could not be stored
+            # would be lost, and one of any size would bloat every read of the run.
+            "message": _codec.storable_text(str(exc), _MESSAGE_LIMIT),
+            "traceback": _codec.storable_text(tb, _TRACEBACK_LIMIT),
             "at": dt.datetime.now(dt.UTC).isoformat(),
         }
     )

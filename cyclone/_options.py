@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TypedDict
 
-from cyclone._errors import InvalidInputError
+from cyclone._errors import InvalidInputError, InvalidNameError
 from cyclone._keys import validate_key
 
 _QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -50,7 +50,7 @@ class EnqueueOptions(EnqueueManyOptions, total=False):
 def validate_queue(queue: object) -> str:
     """Queue names are short words: letters, digits and ``_ . : -``."""
     if not isinstance(queue, str) or not _QUEUE.fullmatch(queue):
-        raise InvalidInputError(
+        raise InvalidNameError(
             f"queue must be 1-128 characters of letters, digits, '_', '.', ':' or '-'; "
             f"got {queue!r}"
         )

@@ -560,3 +560,20 @@ async def schedule_update(conn: Conn, q: Queries, *args: Any) -> None:
 async def schedule_delete(conn: Conn, q: Queries, name: str) -> None:
     """Delete one schedule (locked by the caller)."""
     await conn.execute(q["schedule_delete"], name)
+
+
+async def server_backend_pid(conn: Conn, q: Queries, *, prepared_as: str | None = None) -> int:
+    """The pid of the backend that runs this statement; ``prepared_as``: run it as a named
+    prepared statement of that name, left on the server (a pooler probe's evidence)."""
+    if prepared_as is None:
+        pid: int = await conn.fetchval(q["server_backend_pid"])
+        return pid
+    statement = await conn.prepare(q["server_backend_pid"], name=prepared_as)
+    pid = await statement.fetchval()
+    return pid
+
+
+async def server_statement_exists(conn: Conn, q: Queries, name: str) -> bool:
+    """Whether the backend running this statement holds a prepared statement ``name``."""
+    found: bool = await conn.fetchval(q["server_statement_exists"], name)
+    return found

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 
+from cyclone._errors import InvalidNameError
+
 _HEADER = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"/\* fragment: (\w+) \*/")
 # 55 characters at most: the notification channel "cyclone_<schema>" must fit in 63.
@@ -72,9 +74,10 @@ MIGRATIONS = _migrations()
 
 
 def validate_identifier(value: str, *, what: str) -> str:
-    """Return ``value`` if it is a plain lower-case SQL identifier, else raise ValueError."""
+    """Return ``value`` if it is a plain lower-case SQL identifier, else raise
+    :class:`InvalidNameError` (a ``ValueError``)."""
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
-        raise ValueError(
+        raise InvalidNameError(
             f"{what} must be a lower-case identifier (letters, digits, _; at most 55), "
             f"got {value!r}"
         )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from cyclone import _codec, _schema
+from cyclone import _codec
 from cyclone import _maintenance as maintenance
 from cyclone import _queries as db
 from cyclone._completer import Claimed, Completer, error_record
@@ -79,9 +79,11 @@ class Worker:
     ``poll_interval`` bounds how long claimable work can wait when a notification is lost.
     ``lease`` is how long a claimed task stays this worker's without a heartbeat;
     ``heartbeat`` defaults to a third of it. ``shutdown_timeout`` is how long a graceful stop
-    lets running handlers finish before cancelling them. ``start()`` checks the schema first:
-    :class:`SchemaNotMigratedError` if it lacks migrations, unless ``wait_for_schema`` is true,
-    which waits (logged once) until they are applied; :class:`SchemaVersionError` always.
+    lets running handlers finish before cancelling them. ``start()`` waits (logged once) until
+    the database answers, then checks the schema: :class:`SchemaNotMigratedError` if it lacks
+    migrations, unless ``wait_for_schema`` is true, which waits (logged once) until they are
+    applied; :class:`SchemaVersionError` always; :class:`UnsupportedPoolerError` behind
+    PgBouncer in transaction mode with a setting that cannot work through it.
     ``schedules`` (from :func:`cyclone.schedule`) are declared at start and fired by this
     worker's timer, with the dynamic schedules of what it serves (docs/schedules.md).
     """
@@ -213,10 +215,7 @@ class Worker:
         """Start claiming in the running event loop."""
         if self._started:
             raise RuntimeError("this worker was started already")
-        if self.wait_for_schema:
-            await _schema.wait_until_migrated(self.client.pool, self.client.queries)
-        else:
-            await self.client.check_schema()
+        await self.client._wait_until_ready(wait_for_schema=self.wait_for_schema)
         async with self.client._acquire() as conn:  # visible in stats once start() returns
             await self._present(conn)
         await self._scheduler.start()  # schedules: declare, then arm the timer

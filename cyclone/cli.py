@@ -1,9 +1,10 @@
 """The ``cyclone`` command: migrate, run a worker, inspect and steer runs, purge, stats.
 
 Every command takes the connection options (``--dsn`` or ``CYCLONE_DATABASE_URL``,
-``--schema``, ``--statement-cache-size``, ``--no-notify``) before or after its name. Listings
-take ``--json`` for scripts. Bad input, an unreachable or unmigrated database prints one line
-on stderr and exits with status 1 (2 for usage errors), never a traceback.
+``--schema``, ``--statement-cache-size``, ``--no-notify``, ``--listen-dsn``) before or after
+its name. Listings take ``--json`` for scripts. Bad input, an unreachable or unmigrated
+database prints one line on stderr and exits with status 1 (2 for usage errors), never a
+traceback; ``cyclone worker`` waits for an unreachable database instead.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 import asyncpg
 
 from cyclone import _queries as db
-from cyclone import _schema
 from cyclone._client import Client
 from cyclone._errors import CycloneError
 from cyclone._kinds import Step
@@ -84,8 +84,10 @@ async def _with_client(
     *,
     connections: int = 4,
     check: bool = True,
+    lazy: bool = False,
 ) -> T:
-    """Run ``use`` with a client on a pool of its own; ``check``: refuse an unmigrated schema."""
+    """Run ``use`` with a client on a pool of its own; ``check``: refuse an unmigrated schema;
+    ``lazy``: connect on first use (a worker may start before the database does)."""
     opts = ctx.obj
     dsn, schema = opts.get("dsn"), opts["schema"]
     if not dsn:
@@ -99,12 +101,18 @@ async def _with_client(
         pool_options["statement_cache_size"] = opts["statement_cache_size"]
     try:
         pool = await asyncio.wait_for(
-            asyncpg.create_pool(dsn, min_size=1, max_size=connections, **pool_options), 15
+            asyncpg.create_pool(
+                dsn, min_size=0 if lazy else 1, max_size=connections, **pool_options
+            ),
+            15,
         )
     except (TimeoutError, *DATABASE_ERRORS, ValueError) as exc:
         raise Failure(f"cannot connect to the database: {exc}") from None
     try:
-        async with Client(pool, schema=schema, notify=opts["notify"]) as client:
+        client = Client(
+            pool, schema=schema, notify=opts["notify"], listen_dsn=opts.get("listen_dsn")
+        )
+        async with client:
             if check:
                 await client.check_schema()
             return await use(client)
@@ -169,6 +177,14 @@ _CONNECTION_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
             "show_default": True,
             "help": "LISTEN for wakeups; --no-notify (poll only) behind PgBouncer in "
             "transaction mode.",
+        },
+    ),
+    (
+        ("--listen-dsn",),
+        {
+            "envvar": "CYCLONE_LISTEN_DSN",
+            "help": "Where the LISTEN connection goes (default: --dsn); straight to "
+            "PostgreSQL when --dsn is PgBouncer in transaction mode.",
         },
     ),
 ]
@@ -406,10 +422,10 @@ def worker(
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
-        if wait_for_migrations:
-            ready = _schema.wait_until_migrated(client.pool, client.queries)
-            if not await _unless_stopped(stop, ready):
-                return
+        # Until the database answers (and is migrated, with --wait-for-migrations), or a signal.
+        ready = client._wait_until_ready(wait_for_schema=wait_for_migrations)
+        if not await _unless_stopped(stop, ready):
+            return
         w = await build(client)
         server = None
         if metrics_port is not None:
@@ -437,7 +453,7 @@ def worker(
         if server is not None:
             server.shutdown()
 
-    _run(_with_client(ctx, go, connections=max_connections, check=False))
+    _run(_with_client(ctx, go, connections=max_connections, check=False, lazy=True))
 
 
 def _steps_of(items: list[Any]) -> list[Step[Any, Any]]:
@@ -567,6 +583,8 @@ def runs_signal(ctx: click.Context, run_id: str, node: str, payload: str | None)
         raise Failure(
             f"--payload is not JSON ({exc}); quote it for the shell: --payload '{{\"ok\": true}}'"
         ) from None
+    except RecursionError:
+        raise Failure("--payload is nested too deeply to decode") from None
     _run(_with_client(ctx, lambda c: c.signal(rid, node, value)))
     click.echo(f"signalled {node} of run {rid}")
 
