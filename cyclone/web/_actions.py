@@ -9,8 +9,10 @@ resolves a filter to ids and states their count, and the action touches exactly 
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -58,6 +60,33 @@ class Actions:
     client: Client
     render: Renderer
     pages: Pages
+
+    def schedule_verbs(self) -> dict[str, Callable[[Request], Awaitable[Response]]]:
+        """The schedule actions by the verb that ends their path."""
+        return {
+            verb: functools.partial(self.schedule, verb=verb)
+            for verb in ("pause", "resume", "trigger")
+        }
+
+    async def schedule(self, request: Request, *, verb: str) -> Response:
+        """``client.schedules.pause/resume/trigger(name)`` for the path's schedule."""
+        name = request.path_params["name"]
+        schedules = self.client.schedules
+        try:
+            if verb == "pause":
+                await schedules.pause(name)
+                flash = {"text": f"Schedule {name!r} paused.", "error": False}
+            elif verb == "resume":
+                await schedules.resume(name)
+                flash = {"text": f"Schedule {name!r} resumes at its next slot.", "error": False}
+            else:
+                key = await schedules.trigger(name)
+                flash = {"text": f"Schedule {name!r} triggered: run key {key}.", "error": False}
+        except CycloneError as exc:
+            flash = {"text": f"Not done: {exc}", "error": True}
+        context = await self.pages.schedules_context(flash)
+        template = "_schedules_live.html" if request.headers.get("hx-request") else "schedules.html"
+        return self.render.page(request, template, 409 if flash["error"] else 200, **context)
 
     async def _after(
         self, request: Request, message: str, *, error: bool, status: int = 409

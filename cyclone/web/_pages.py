@@ -57,6 +57,20 @@ class Pages:
             "workers": await self.client.workers(),
         }
 
+    # Schedules
+
+    async def schedules(self, request: Request) -> Response:
+        """Every stored schedule: timing, target, state, next slot and newest run."""
+        return self.render.page(request, "schedules.html", **await self.schedules_context())
+
+    async def schedules_live(self, request: Request) -> Response:
+        """The schedules table, refreshed."""
+        return self.render.page(request, "_schedules_live.html", **await self.schedules_context())
+
+    async def schedules_context(self, flash: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What the schedules page shows, with an action's outcome on top (``flash``)."""
+        return {"schedules": await self.client.schedules.list(), "flash": flash}
+
     # Runs
 
     async def runs(self, request: Request) -> Response:
