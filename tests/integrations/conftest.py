@@ -8,7 +8,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-
 import msgspec
 import psycopg
 import pytest
@@ -81,5 +80,3 @@ def order_refs(dsn: str) -> list[str]:
 def create_orders(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(ORDERS)
-
-

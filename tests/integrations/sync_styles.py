@@ -104,6 +104,9 @@ class SqlAlchemy(Style):
         super().close()
 
 
+_SQLITE = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+
+
 def configure_django(dsn: str) -> None:
     """Point Django's default database at ``dsn`` (configured once per process)."""
     import django
@@ -121,7 +124,7 @@ def configure_django(dsn: str) -> None:
     }
     if not settings.configured:
         settings.configure(
-            DATABASES={"default": database, "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+            DATABASES={"default": database, "lite": _SQLITE},
             USE_TZ=True,
         )
         django.setup()

@@ -4,10 +4,12 @@ when workers are woken."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg_pool
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -113,7 +115,7 @@ def test_submit_once_tx_same_key_twice_and_a_second_transaction_waits(style: Sty
 
 def test_outside_a_transaction_is_refused(style: Style) -> None:
     outside = style.outside()
-    with pytest.raises(cyclone.NotInTransactionError, match="transaction|atomic"):
+    with pytest.raises(cyclone.NotInTransactionError, match=r"transaction|atomic"):
         style.client.enqueue_tx(outside, ship, Order("o-4"))
     with pytest.raises(cyclone.NotInTransactionError):
         style.client.submit_once_tx(outside, checkout, "k-4", Order("o-4"))
@@ -123,8 +125,6 @@ def test_outside_a_transaction_is_refused(style: Style) -> None:
 def test_own_statement_enqueue_submit_read_and_signal(
     cyclone_env: CycloneEnv, sync_listener: SyncListener
 ) -> None:
-    import psycopg_pool
-
     waits = cyclone.define("integrations.waits", Order)
     waits.wait("approval")
     with psycopg_pool.ConnectionPool(cyclone_env.dsn, min_size=1, max_size=2) as pool:
@@ -151,9 +151,9 @@ def test_own_statement_enqueue_submit_read_and_signal(
 
 def test_a_sqlalchemy_session_on_another_driver_is_refused(cyclone_env: CycloneEnv) -> None:
     engine = sa.create_engine("sqlite://")
-    with Session(engine) as session, session.begin(), psycopg_client(cyclone_env) as client:
-        with pytest.raises(cyclone.InvalidInputError, match=r"sqlite\+pysqlite.*psycopg"):
-            client.enqueue_tx(session, ship, Order("o-6"))
+    refused = pytest.raises(cyclone.InvalidInputError, match=r"sqlite\+pysqlite.*psycopg")
+    with Session(engine) as session, session.begin(), psycopg_client(cyclone_env) as c, refused:
+        c.enqueue_tx(session, ship, Order("o-6"))
     engine.dispose()
 
 
@@ -163,20 +163,13 @@ def test_a_django_database_that_is_not_postgresql_is_refused(cyclone_env: Cyclon
     from tests.integrations.sync_styles import configure_django
 
     configure_django(cyclone_env.dsn)
-    with psycopg_client(cyclone_env) as client, transaction.atomic(using="lite"):
-        with pytest.raises(cyclone.InvalidInputError, match="sqlite; Cyclone needs PostgreSQL"):
-            client.enqueue_tx(connections["lite"], ship, Order("o-7"))
+    refused = pytest.raises(cyclone.InvalidInputError, match="sqlite; Cyclone needs PostgreSQL")
+    with psycopg_client(cyclone_env) as client, transaction.atomic(using="lite"), refused:
+        client.enqueue_tx(connections["lite"], ship, Order("o-7"))
     connections.close_all()
 
 
-class psycopg_client:  # noqa: N801 - a context manager used like a function
-    def __init__(self, env: CycloneEnv) -> None:
-        import psycopg_pool
-
-        self.pool = psycopg_pool.ConnectionPool(env.dsn, min_size=1, max_size=2, open=True)
-
-    def __enter__(self) -> cyclone.sync.Client:
-        return cyclone.sync.Client(self.pool)
-
-    def __exit__(self, *exc: object) -> None:
-        self.pool.close()
+@contextlib.contextmanager
+def psycopg_client(env: CycloneEnv) -> Iterator[cyclone.sync.Client]:
+    with psycopg_pool.ConnectionPool(env.dsn, min_size=1, max_size=2) as pool:
+        yield cyclone.sync.Client(pool)
