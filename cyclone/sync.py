@@ -154,13 +154,18 @@ class Client:
 
     # Wakeups
 
-    def _publish(self, payloads: list[str]) -> None:
-        """One NOTIFY statement for ``payloads``; a failure is logged, never raised."""
+    def _publish(self, payloads: list[str], conn: psycopg.Connection[Any] | None = None) -> None:
+        """One NOTIFY statement for ``payloads``, on ``conn`` (idle, just committed) or on the
+        client's source; a failure is logged, never raised."""
         if not payloads:
             return
         try:
-            with self._transaction() as conn:
-                run_sync(db.wakeup_notify(conn, self.queries, self.channel, payloads))
+            if conn is None:
+                with self._transaction() as own:
+                    run_sync(db.wakeup_notify(own, self.queries, self.channel, payloads))
+            else:
+                with conn.transaction():
+                    run_sync(db.wakeup_notify(connect(conn), self.queries, self.channel, payloads))
         except psycopg.Error as exc:
             logger.warning(
                 "publishing %d wakeups failed (%s); polling will pick the work up",
@@ -200,9 +205,13 @@ class Client:
         )
         with ttx.transaction():
             yield ttx
-        if not ttx.is_in_transaction() or ttx is not conn:
-            # Committed; or inside an untracked outer transaction, which nothing watches:
-            # then the wakeups go out now and the work waits for the next poll.
+        if not ttx.is_in_transaction():
+            # Committed: the wakeups go out on the connection in hand, so a caller holding
+            # the last connection of a pool does not wait for another one.
+            self._publish([queue_payload(q) for q in sorted(wakeups.take())], ttx.connection)
+        elif ttx is not conn:
+            # Inside an untracked outer transaction, which nothing watches: the wakeups go
+            # out now, and the work waits for the workers' next poll.
             self.publish_wakeups(wakeups)
 
     # Producing
