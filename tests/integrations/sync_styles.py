@@ -4,6 +4,7 @@ a psycopg connection, a SQLAlchemy Session on psycopg, and Django's connection i
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -105,30 +106,31 @@ class SqlAlchemy(Style):
 
 
 _SQLITE = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+_django_ready = False
 
 
 def configure_django(dsn: str) -> None:
-    """Point Django's default database at ``dsn`` (configured once per process)."""
+    """Set Django up with the example app's settings (once per process), its default
+    database pointed at ``dsn``, plus a SQLite database ``lite`` for the refusal test."""
+    global _django_ready
     import django
-    from django.conf import settings
     from django.db import connections
 
+    if not _django_ready:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_app.settings")
+        django.setup()
+        filled = connections.configure_settings({"default": {}, "lite": dict(_SQLITE)})
+        connections.settings["lite"] = filled["lite"]
+        _django_ready = True
     url = urlsplit(dsn)
     database = {
-        "ENGINE": "django.db.backends.postgresql",
         "NAME": url.path.lstrip("/"),
         "USER": url.username or "",
         "PASSWORD": url.password or "",
         "HOST": url.hostname or "",
         "PORT": str(url.port or ""),
     }
-    if not settings.configured:
-        settings.configure(
-            DATABASES={"default": database, "lite": _SQLITE},
-            USE_TZ=True,
-        )
-        django.setup()
-    connections["default"].close()
+    connections.close_all()
     connections.settings["default"].update(database)
     connections["default"].settings_dict.update(database)
 
