@@ -13,7 +13,7 @@ import builtins
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cyclone import _queries as db
 from cyclone._errors import InvalidLimitError, UnknownQueueError
@@ -117,12 +117,12 @@ class Queues:
 
     async def pause(self, queue: str, *, create: bool = False) -> bool:
         """Stop every worker claiming from ``queue`` (within one poll interval); running
-        work finishes. Whether it was paused already."""
+        work finishes. Whether this call paused it (False: it was paused already)."""
         return await self._set_paused(queue, True, create=create)
 
     async def resume(self, queue: str, *, create: bool = False) -> bool:
-        """Let workers claim from ``queue`` again, waking them at once. Whether it was
-        paused."""
+        """Let workers claim from ``queue`` again, waking them at once. Whether this call
+        resumed it (False: it was not paused)."""
         return await self._set_paused(queue, False, create=create)
 
     async def set_limits(
@@ -216,7 +216,7 @@ class Queues:
             was = await db.queue_pause_set(conn, client.queries, queue, paused)
         if not paused:  # after the commit: the woken workers must see the resumed row
             client._publish([queue_payload(queue)])
-        return was if paused else not was
+        return was != paused
 
     async def _check_known(self, conn: db.Conn, queue: str) -> None:
         if not await db.queue_known(conn, self._client.queries, queue):
@@ -234,7 +234,7 @@ def _settings(row: db.Record) -> QueueSettings:
     return QueueSettings(row["queue"], row["paused"], limits)
 
 
-def flow_fields(row: db.Record | None) -> dict[str, object]:
+def flow_fields(row: db.Record | None) -> dict[str, Any]:
     """A queue's flow control, as the fields of its QueueStats."""
     if row is None:
         return {}
