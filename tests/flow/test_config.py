@@ -14,12 +14,15 @@ from tests.conftest import fast_worker
 running: set[int] = set()
 peak = [0]
 release = asyncio.Event()
+five = asyncio.Event()  # five hold handlers run at once
 
 
 @cyclone.step("flow.hold", queue="held")
 async def hold(ctx: cyclone.Context, n: int) -> int:
     running.add(n)
     peak[0] = max(peak[0], len(running))
+    if len(running) >= 5:
+        five.set()
     try:
         await release.wait()
     finally:
@@ -34,10 +37,10 @@ async def quick(ctx: cyclone.Context, n: int) -> int:
 
 @pytest.fixture(autouse=True)
 def fresh() -> None:
-    global release
+    global release, five
     running.clear()
     peak[0] = 0
-    release = asyncio.Event()
+    release, five = asyncio.Event(), asyncio.Event()
 
 
 @pytest.mark.parametrize(
@@ -96,8 +99,7 @@ async def test_lowering_a_limit_interrupts_nothing_and_the_next_claim_obeys(
     await client.queues.set_limits("held", concurrency=5, create=True)
     runs = await hold.enqueue_many(client, list(range(12)))
     async with fast_worker(client, steps=[hold], queues={"held": 10}):
-        while len(running) < 5:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(five.wait(), 60)
         await client.queues.set_limits("held", concurrency=2)
         assert len(running) == 5  # nothing running was stopped
         release.set()  # the 5 finish; from now on at most 2 run at once
