@@ -211,12 +211,12 @@ class InvalidLimitError(InvalidInputError, ValueError):
 
 
 class UnknownQueueError(CycloneError):
-    """Flow control was asked for a queue that no setting, task or live worker uses: most
-    likely a typo. Nothing was written."""
+    """Flow control was asked for a queue that has no setting and that no live worker claims
+    from: most likely a typo. Nothing was written."""
 
     def __init__(self, queue: str) -> None:
         super().__init__(
-            f"queue {queue!r} is unknown: no setting, task or live worker uses it; check "
+            f"queue {queue!r} is unknown: no setting or live worker uses it; check "
             f"the name, or pass create=True to configure it before its first use"
         )
         self.queue = queue

@@ -108,8 +108,9 @@ class Queues:
     """``client.queues``: pause and resume queues, and set the limits that every worker's
     claim obeys (docs/flow-control.md).
 
-    A name no setting, task or live worker uses raises :class:`UnknownQueueError` (a typo,
-    most likely); ``create=True`` configures a queue before its first use.
+    A queue with no setting that no live worker claims from raises
+    :class:`UnknownQueueError` (a typo, most likely); ``create=True`` configures a queue
+    before its workers start.
     """
 
     def __init__(self, client: Client) -> None:

@@ -644,7 +644,7 @@ async def queue_list(conn: Conn, q: Queries, queue: str | None) -> list[Record]:
 
 
 async def queue_known(conn: Conn, q: Queries, queue: str) -> bool:
-    """Whether a setting, task or live worker uses ``queue``."""
+    """Whether ``queue`` has a setting or a live worker claims from it."""
     return bool(await conn.fetchval(q["queue_known"], queue))
 
 

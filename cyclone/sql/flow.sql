@@ -35,12 +35,8 @@ WHERE ($1::text IS NULL OR queue = $1)
 ORDER BY queue;
 
 -- name: queue_known
--- Whether anything uses queue $1: a setting, a live or queued task, a step, or a live worker.
+-- Whether queue $1 has a setting or a live worker claims from it (a few rows each, by key).
 SELECT EXISTS (SELECT 1 FROM __schema__.cyclone_queues WHERE queue = $1)
-    OR EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t
-               WHERE t.state = 'available' AND t.queue = $1)
-    OR EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t
-               WHERE t.state = 'running' AND t.group_key IS NOT NULL AND t.queue = $1)
     OR EXISTS (SELECT 1 FROM __schema__.cyclone_workers w
                WHERE w.expires_at > now() AND $1 = ANY (w.queues));
 

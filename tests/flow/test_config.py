@@ -86,9 +86,9 @@ async def test_an_unknown_queue_or_a_bad_name_is_refused(cyclone_env: CycloneEnv
         await hold.enqueue(cyclone_env.client, 1, group="")
     assert await cyclone_env.pool.fetchval("SELECT count(*) FROM cyclone_queues") == 0
     assert await cyclone_env.pool.fetchval("SELECT count(*) FROM cyclone_runs") == 0
-    # Known once work uses it: enqueued work makes the name known.
-    await hold.enqueue(cyclone_env.client, 1)
-    assert await queues.pause("held") is True
+    # Known once a live worker claims from it.
+    async with fast_worker(cyclone_env.client, steps=[hold], queues={"held": 1}):
+        assert await queues.pause("held") is True
     assert (await queues.get("held")).paused
 
 
