@@ -133,7 +133,12 @@ async def measure(dsn: str, jobs: int, rounds: int) -> str:
         await after.migrate()
         old_claim = BEFORE_CLAIM.replace("__schema__", '"flow_before"')
         new_claim = after.queries["task_claim"]
-        cases = {"before": [], "no limits": [], "global limit": [], "100 tenants": []}
+        cases: dict[str, list[float]] = {
+            "before": [],
+            "no limits": [],
+            "global limit": [],
+            "100 tenants": [],
+        }
         for _ in range(rounds):  # interleaved, so that drift hits every case alike
             await _fill(before, jobs, 0)
             cases["before"].append(jobs / await _drain(pool, before.queries, old_claim, jobs))
