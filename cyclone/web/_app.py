@@ -93,6 +93,9 @@ def dashboard(
             Route("/runs/{run_id}/retry", action(actions.retry), methods=["POST"]),
             Route("/runs/{run_id}/cancel", action(actions.cancel), methods=["POST"]),
             Route("/runs/{run_id}/signal", action(actions.signal), methods=["POST"]),
+            # HOOK(queue pause/resume)
+            Route("/queues/{queue}/pause", action(actions.queue_pause), methods=["POST"]),
+            Route("/queues/{queue}/resume", action(actions.queue_resume), methods=["POST"]),
         ]
     routes += [
         Route("/runs/{run_id}", page(pages.run)),
