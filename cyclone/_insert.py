@@ -185,6 +185,7 @@ async def _insert_jobs(
                     deadline=opts.run_deadline,
                     trace=trace,
                     notify=notify,
+                    group=opts.group,
                 )
             except asyncpg.ProgramLimitExceededError as exc:
                 if notify is None or "NOTIFY queue" not in str(exc):

@@ -240,7 +240,7 @@ class Workflow(Generic[In]):
             return self._handle(client, run_id), created
         span = {"cyclone.workflow": self.name, "cyclone.nodes": len(self._nodes)}
         with client.observers.enqueue_span(f"submit {self.name}", span):
-            planned: tuple[Any, ...] = (*plan, trace_text(client))
+            planned: tuple[Any, ...] = (*plan, trace_text(client), opts.group)
             if tx is None:
                 async with client._acquire() as conn:
                     run_id, created = await self._insert(
