@@ -17,6 +17,7 @@ from cyclone._errors import (
     DuplicateError,
     InvalidInputError,
     InvalidKeyError,
+    InvalidLimitError,
     InvalidNameError,
     InvalidScheduleError,
     InvalidStateError,
@@ -32,8 +33,10 @@ from cyclone._errors import (
     SchemaVersionError,
     SubmitConflictError,
     UnknownKindError,
+    UnknownQueueError,
     UnsupportedPoolerError,
 )
+from cyclone._flow import KindLimits, QueueLimits, Queues, QueueSettings
 from cyclone._kinds import Kind, Step, action, register_kind, step
 from cyclone._observe import Observer
 from cyclone._options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
@@ -74,10 +77,12 @@ __all__ = [
     "EnqueueOptions",
     "InvalidInputError",
     "InvalidKeyError",
+    "InvalidLimitError",
     "InvalidNameError",
     "InvalidScheduleError",
     "InvalidStateError",
     "Kind",
+    "KindLimits",
     "NoOutputError",
     "Node",
     "NodeInfo",
@@ -85,7 +90,10 @@ __all__ = [
     "NotInTransactionError",
     "Observer",
     "PayloadTooLargeError",
+    "QueueLimits",
+    "QueueSettings",
     "QueueStats",
+    "Queues",
     "ReadOnlyServerError",
     "ResultRun",
     "ResultWorkflow",
@@ -114,6 +122,7 @@ __all__ = [
     "TrackedTransaction",
     "Tx",
     "UnknownKindError",
+    "UnknownQueueError",
     "UnservedWork",
     "UnsupportedPoolerError",
     "Wakeups",

@@ -27,6 +27,7 @@ from cyclone._errors import (
     RunFailedError,
     RunNotFoundError,
 )
+from cyclone._flow import Queues, flow_fields
 from cyclone._keys import validate_key, validate_name
 from cyclone._notifier import Notifier, queue_payload
 from cyclone._observe import Observer, Observers
@@ -290,6 +291,12 @@ class Client:
         )
 
     @property
+    def queues(self) -> Queues:
+        """Flow control: pause and resume queues, and set the concurrency and rate limits
+        every worker's claim obeys (docs/flow-control.md)."""
+        return Queues(self)
+
+    @property
     def schedules(self) -> Schedules:
         """The schedules stored in this schema: list, pause, resume, trigger now, and create,
         update or delete dynamic ones (docs/schedules.md)."""
@@ -494,19 +501,24 @@ class Client:
         async with self._acquire() as conn:
             rows = await db.stats_queues(conn, self.queries)
             unserved = await db.stats_unserved(conn, self.queries)
+            flow = {r["queue"]: r for r in await db.queue_list(conn, self.queries, None)}
         work: dict[str, list[UnservedWork]] = {}
         for u in unserved:
             work.setdefault(u["queue"], []).append(
                 UnservedWork(kind=u["kind"], workflow=u["workflow"], count=u["count"])
             )
-        return [
+        stats = [
             QueueStats(
                 **dict(r),
                 unserved=sum(w.count for w in work.get(r["queue"], ())),
                 unserved_work=work.get(r["queue"], []),
+                **flow_fields(flow.pop(r["queue"], None)),
             )
             for r in rows
         ]
+        # Paused or limited queues without work or workers show too (flow control).
+        idle = [QueueStats(q, 0, 0, 0, 0, 0, None, 0, **flow_fields(f)) for q, f in flow.items()]
+        return sorted(stats + idle, key=lambda s: s.queue)
 
     async def workers(self) -> list[WorkerInfo]:
         """The live workers of this schema, newest first (``cyclone stats`` counts them per

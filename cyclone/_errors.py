@@ -16,7 +16,9 @@
     ├── InvalidKeyError           (also ValueError) a key breaking the key rules
     ├── InvalidInputError         (also TypeError) a payload or option that cannot be used
     │   ├── InvalidNameError      (also ValueError) a schema, queue, kind or node name
-    │   └── InvalidScheduleError  a schedule's cron, time zone, interval, policy or name
+    │   ├── InvalidScheduleError  a schedule's cron, time zone, interval, policy or name
+    │   └── InvalidLimitError     (also ValueError) a flow-control limit that cannot hold
+    ├── UnknownQueueError         flow control for a queue nothing uses (a typo?)
     ├── ScheduleNotFoundError     no schedule of that name is stored
     ├── PayloadTooLargeError      (also ValueError) an input or output over the client limit
     ├── SchemaNotMigratedError    the schema lacks migrations this package ships
@@ -201,3 +203,20 @@ class UnsupportedPoolerError(CycloneError):
     """The pool goes through a connection pooler in transaction mode (PgBouncer's
     ``pool_mode = transaction``) with a setting that cannot work through it: asyncpg's
     statement cache, or LISTEN. The message names the fix."""
+
+
+class InvalidLimitError(InvalidInputError, ValueError):
+    """A flow-control limit that cannot hold: zero or negative, not an int, or a rate
+    without its period. Nothing was written."""
+
+
+class UnknownQueueError(CycloneError):
+    """Flow control was asked for a queue that has no setting and that no live worker claims
+    from: most likely a typo. Nothing was written."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(
+            f"queue {queue!r} is unknown: no setting or live worker uses it; check "
+            f"the name, or pass create=True to configure it before its first use"
+        )
+        self.queue = queue

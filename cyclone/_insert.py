@@ -197,6 +197,7 @@ class DatabaseTarget:
                         deadline=opts.run_deadline,
                         trace=plan.trace,
                         notify=notify,
+                        group=opts.group,
                     )
                 except self.notify_full as exc:
                     if notify is None or "NOTIFY queue" not in str(exc):

@@ -40,6 +40,15 @@ RETRYABLE_ERRORS = (
 )
 
 
+class ClaimedRows(list[Record]):
+    """The tasks a claim took, and whether a limit held it back (``held``). If so,
+    ``retry_in`` is how many seconds until a claim can start more: 0 at once, ``None`` when
+    a running task of the queue (or kind) ends."""
+
+    held: bool = False
+    retry_in: float | None = None
+
+
 async def migrations_apply(conn: Conn, q: Queries) -> list[int]:
     """Apply the migrations this schema lacks, under a lock; return the versions applied."""
     await conn.execute(q["migrations_lock"], q.schema)
@@ -82,19 +91,33 @@ async def job_insert_many(
     deadline: dt.datetime | None,
     trace: str | None,
     notify: tuple[str, str] | None = None,
+    group: str | None = None,
 ) -> int:
     """Insert standalone jobs; return how many were inserted (0: a unique key was held).
 
     A unique key goes with exactly one job. ``notify`` (channel, payload) is sent by the same
-    statement, so only when the statement commits on its own (autocommit).
+    statement, so only when the statement commits on its own (autocommit). ``group``: the
+    jobs' group key (flow control).
     """
     channel, payload = notify or (None, None)
     rest = (kind, queue, priority, process_at, max_attempts, sequence, deadline, trace)
+    # Work with no group key goes through statements that write no column of migration 0008.
+    grouped = () if group is None else (group,)
+    suffix = "" if group is None else "_grouped"
     if unique is None:
-        await conn.execute(q["job_insert_many"], ids, inputs, *rest, channel, payload)
+        await conn.execute(
+            q["job_insert_many" + suffix], ids, inputs, *rest, channel, payload, *grouped
+        )
         return len(ids)
     count: int = await conn.fetchval(
-        q["job_insert_unique"], ids[0], inputs[0], *rest, channel, payload, unique
+        q["job_insert_unique" + suffix],
+        ids[0],
+        inputs[0],
+        *rest,
+        channel,
+        payload,
+        unique,
+        *grouped,
     )
     return count
 
@@ -106,8 +129,13 @@ async def job_find_unique(conn: Conn, q: Queries, kind: str, unique: str) -> uui
 
 
 async def workflow_insert(conn: Conn, q: Queries, *args: Any) -> uuid.UUID | None:
-    """Insert a workflow run with steps, edges and root tasks; None if the key is taken."""
-    run_id: uuid.UUID | None = await conn.fetchval(q["workflow_insert"], *args)
+    """Insert a workflow run with steps, edges and root tasks; None if the key is taken.
+    The last argument is the group key (flow control), or None for none."""
+    *rest, group = args
+    if group is None:
+        run_id: uuid.UUID | None = await conn.fetchval(q["workflow_insert"], *rest)
+    else:
+        run_id = await conn.fetchval(q["workflow_insert_grouped"], *rest, group)
     return run_id
 
 
@@ -127,9 +155,18 @@ async def task_claim(
     lease: float,
     worker: str,
     workflows: Sequence[str],
-) -> list[Record]:
-    """Claim up to ``limit`` available tasks of ``queue`` (nodes only of ``workflows``)."""
-    return await conn.fetch(q["task_claim"], queue, kinds, limit, lease, worker, workflows)
+) -> ClaimedRows:
+    """Claim up to ``limit`` available tasks of ``queue`` (nodes only of ``workflows``).
+
+    Within the queue's flow control: the rows are the claimed tasks; when a limit held the
+    claim back, ``retry_in`` on the result says when to claim again (see ClaimedRows).
+    """
+    rows = await conn.fetch(q["task_claim"], queue, kinds, limit, lease, worker, workflows)
+    claimed = ClaimedRows(r for r in rows if r["id"] is not None)
+    for r in rows:
+        if r["id"] is None:  # the statement's last row, if a limit held the claim back
+            claimed.held, claimed.retry_in = True, r["retry_in"]
+    return claimed
 
 
 async def task_heartbeat(
@@ -577,3 +614,47 @@ async def server_statement_exists(conn: Conn, q: Queries, name: str) -> bool:
     """Whether the backend running this statement holds a prepared statement ``name``."""
     found: bool = await conn.fetchval(q["server_statement_exists"], name)
     return found
+
+
+# Flow control (cyclone/sql/flow.sql): paused queues and limits, set by operators.
+
+
+async def queue_limits_set(
+    conn: Conn,
+    q: Queries,
+    queue: str,
+    concurrency: int | None,
+    rate: int | None,
+    per: float | None,
+    key_concurrency: int | None,
+) -> None:
+    """Replace a queue's limits (NULL: none)."""
+    await conn.execute(q["queue_limits_set"], queue, concurrency, rate, per, key_concurrency)
+
+
+async def queue_pause_set(conn: Conn, q: Queries, queue: str, paused: bool) -> bool:
+    """Pause or resume a queue; whether it was paused before."""
+    was: bool = await conn.fetchval(q["queue_pause_set"], queue, paused)
+    return was
+
+
+async def queue_list(conn: Conn, q: Queries, queue: str | None) -> list[Record]:
+    """Queues with a setting (or the one named), by name."""
+    return await conn.fetch(q["queue_list"], queue)
+
+
+async def queue_known(conn: Conn, q: Queries, queue: str) -> bool:
+    """Whether ``queue`` has a setting or a live worker claims from it."""
+    return bool(await conn.fetchval(q["queue_known"], queue))
+
+
+async def kind_limits_set(
+    conn: Conn, q: Queries, kind: str, concurrency: int | None, rate: int | None, per: float | None
+) -> None:
+    """Replace a kind's limits (NULL: none)."""
+    await conn.execute(q["kind_limits_set"], kind, concurrency, rate, per)
+
+
+async def kind_limits_list(conn: Conn, q: Queries) -> list[Record]:
+    """Kinds with a limit, by name."""
+    return await conn.fetch(q["kind_limits_list"])

@@ -70,6 +70,10 @@ class _Queue:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     running: int = 0
     last_claim_full: bool = False
+    # Flow control: the last claim was held back by a limit, and may try again in retry_in
+    # seconds (0: at once; None: when a task ends). See ClaimedRows in _queries.py.
+    held: bool = False
+    retry_in: float | None = None
 
 
 class Worker:
@@ -342,6 +346,7 @@ class Worker:
                     await self._claim(queue, min(free, self.claim_batch))
                 except db.DATABASE_ERRORS as exc:
                     queue.last_claim_full = False  # back off to the poll while it is down
+                    queue.held = False
                     logger.warning(
                         "worker %s: claiming from queue %r failed: %s; trying again at the "
                         "next poll",
@@ -352,7 +357,11 @@ class Worker:
                     )
             if queue.last_claim_full and queue.running < queue.limit:
                 continue  # more is waiting and there is room: claim again at once
+            if queue.held and queue.retry_in == 0 and queue.running < queue.limit:
+                continue  # flow control: the claim counted out of date; claim again
             timeout = self.poll_interval * random.uniform(0.8, 1.0)
+            if queue.held and queue.retry_in:  # flow control: the next token is due then
+                timeout = min(timeout, queue.retry_in)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
                     await queue.wake.wait()
@@ -375,6 +384,7 @@ class Worker:
             self._start_handlers(queue, rows)
         self.client.observers.claimed(queue.name, len(rows), time.perf_counter() - started)
         queue.last_claim_full = len(rows) == limit
+        queue.held, queue.retry_in = rows.held, rows.retry_in  # flow control
 
     def _start_handlers(self, queue: _Queue, rows: list[db.Record]) -> None:
         loop = asyncio.get_running_loop()
@@ -427,8 +437,8 @@ class Worker:
             if not self._running:
                 self._idle.set()
             queue.running -= 1
-            if queue.last_claim_full or self._stopping.is_set():
-                queue.wake.set()
+            if queue.last_claim_full or queue.held or self._stopping.is_set():
+                queue.wake.set()  # held by a limit: a slot this worker held is free now
 
     def _handler_span(self, claimed: Claimed) -> contextlib.AbstractContextManager[None]:
         observers = self.client.observers

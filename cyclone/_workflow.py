@@ -82,6 +82,7 @@ class SubmitPlan:
             *self.nodes,
             *self.edges,
             self.trace,
+            opts.group,
         )
 
 

@@ -673,6 +673,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         "done/min",
         "workers",
         "unserved",
+        "flow",
     )
     for r in rows:
         oldest = "" if r.oldest_seconds is None else f"{r.oldest_seconds:.1f}s"
@@ -688,6 +689,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
             str(r.completed_last_minute),
             str(r.workers),
             str(r.unserved),
+            _flow_text(r.paused, r.concurrency_limit, r.rate_limit, r.key_concurrency_limit),
         )
     console.print(table)
 
@@ -822,3 +824,131 @@ def schedules_trigger(ctx: click.Context, name: str) -> None:
     """Ask for one run of NAME now; prints the run's key (`cyclone runs ls --key KEY`)."""
     key = _run(_with_client(ctx, lambda c: c.schedules.trigger(name)))
     click.echo(key)
+
+
+# Flow control (docs/flow-control.md): cyclone queues ls|pause|resume|limit.
+
+
+def _flow_text(
+    paused: bool,
+    concurrency: int | None,
+    rate: tuple[int, float] | None,
+    key_concurrency: int | None,
+) -> str:
+    """``paused, 3 at once, 20/1s, 2 per key``; empty for a queue without flow control."""
+    parts = ["paused"] if paused else []
+    if concurrency is not None:
+        parts.append(f"{concurrency} at once")
+    if rate is not None:
+        parts.append(f"{rate[0]}/{rate[1]:g}s")
+    if key_concurrency is not None:
+        parts.append(f"{key_concurrency} per key")
+    return ", ".join(parts)
+
+
+@main.group()
+@_connection_options(top=False)
+def queues() -> None:
+    """Pause, resume and limit queues across every worker."""
+
+
+@queues.command("ls")
+@click.option("--json", "as_json", is_flag=True)
+@_connection_options(top=False)
+@click.pass_context
+def queues_ls(ctx: click.Context, as_json: bool) -> None:
+    """The queues that are paused or limited, and the kinds with limits."""
+
+    async def read(c: Client) -> tuple[list[Any], dict[str, Any]]:
+        return await c.queues.list(), await c.queues.kind_limits()
+
+    settings, kinds = _run(_with_client(ctx, read))
+    if as_json:
+        _json(
+            {
+                "queues": [asdict(s) for s in settings],
+                "kinds": {k: asdict(v) for k, v in kinds.items()},
+            }
+        )
+        return
+    table = Table("queue or kind", "flow control")
+    for s in settings:
+        rate = None if s.limits.rate is None else (s.limits.rate, s.limits.per)
+        text = _flow_text(s.paused, s.limits.concurrency, rate, s.limits.key_concurrency)
+        _add_row(table, s.queue, text)
+    for kind, k in kinds.items():
+        rate = None if k.rate is None else (k.rate, k.per)
+        _add_row(table, f"kind {kind}", _flow_text(False, k.concurrency, rate, None))
+    console.print(table)
+
+
+@queues.command("pause")
+@click.argument("queue")
+@click.option("--create", is_flag=True, help="Also a queue no worker claims from yet.")
+@_connection_options(top=False)
+@click.pass_context
+def queues_pause(ctx: click.Context, queue: str, create: bool) -> None:
+    """Stop every worker claiming from QUEUE; running work finishes."""
+    changed = _run(_with_client(ctx, lambda c: c.queues.pause(queue, create=create)))
+    click.echo(f"paused {queue}" if changed else f"{queue} was paused already")
+
+
+@queues.command("resume")
+@click.argument("queue")
+@_connection_options(top=False)
+@click.pass_context
+def queues_resume(ctx: click.Context, queue: str) -> None:
+    """Let workers claim from QUEUE again (they are woken at once)."""
+    changed = _run(_with_client(ctx, lambda c: c.queues.resume(queue)))
+    click.echo(f"resumed {queue}" if changed else f"{queue} was not paused")
+
+
+@queues.command("limit")
+@click.argument("queue")
+@click.option("--concurrency", type=int, help="Tasks running at once, all workers.")
+@click.option("--rate", type=int, help="Starts per --per.")
+@click.option("--per", type=float, help="The rate's period in seconds.")
+@click.option("--key-concurrency", type=int, help="Tasks running at once per group key.")
+@click.option("--kind", is_flag=True, help="QUEUE names a kind: limit it on every queue.")
+@click.option("--create", is_flag=True, help="Also a queue no worker claims from yet.")
+@_connection_options(top=False)
+@click.pass_context
+def queues_limit(
+    ctx: click.Context,
+    queue: str,
+    concurrency: int | None,
+    rate: int | None,
+    per: float | None,
+    key_concurrency: int | None,
+    kind: bool,
+    create: bool,
+) -> None:
+    """Replace QUEUE's limits (a limit not given is cleared; none given clears them all)."""
+    if kind:
+        if key_concurrency is not None:
+            raise click.UsageError("--key-concurrency applies to a queue, not to a kind")
+        _run(
+            _with_client(
+                ctx,
+                lambda c: c.queues.set_kind_limits(
+                    queue, concurrency=concurrency, rate=rate, per=per
+                ),
+            )
+        )
+    else:
+        _run(
+            _with_client(
+                ctx,
+                lambda c: c.queues.set_limits(
+                    queue,
+                    concurrency=concurrency,
+                    rate=rate,
+                    per=per,
+                    key_concurrency=key_concurrency,
+                    create=create,
+                ),
+            )
+        )
+    rate_pair = None if rate is None or per is None else (rate, per)
+    text = _flow_text(False, concurrency, rate_pair, key_concurrency) or "no limits"
+    click.echo(f"{'kind ' if kind else ''}{queue}: {text}")

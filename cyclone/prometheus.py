@@ -169,7 +169,7 @@ class QueueCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Read the database and yield the gauges; on failure only ``..._stats_up`` (0)."""
-        depth, expired, oldest, unserved, workers, up = self._families()
+        depth, expired, oldest, unserved, workers, paused, limit, up = self._families()
         try:
             stats = self._read()
         except (*db.DATABASE_ERRORS, InvalidStateError, TimeoutError) as exc:
@@ -189,8 +189,16 @@ class QueueCollector(Collector):
             workers.add_metric([row.queue], row.workers)
             for work in row.unserved_work:
                 unserved.add_metric([row.queue, work.kind, work.workflow or ""], work.count)
+            paused.add_metric([row.queue], int(row.paused))  # flow control
+            for name, value in [
+                ("concurrency", row.concurrency_limit),
+                ("rate_per_second", row.rate_limit and row.rate_limit[0] / row.rate_limit[1]),
+                ("key_concurrency", row.key_concurrency_limit),
+            ]:
+                if value is not None:
+                    limit.add_metric([row.queue, name], value)
         up.add_metric([], 1)
-        yield from (depth, expired, oldest, unserved, workers, up)
+        yield from (depth, expired, oldest, unserved, workers, paused, limit, up)
 
     def _read(self) -> list[QueueStats]:
         try:
@@ -230,6 +238,13 @@ class QueueCollector(Collector):
                 ["queue", "kind", "workflow"],
             ),
             gauge("queue_workers", "Live workers claiming from the queue.", ["queue"]),
+            gauge("queue_paused", "1 while the queue is paused.", ["queue"]),
+            gauge(
+                "queue_limit",
+                "The queue's flow-control limits (concurrency, rate_per_second, "
+                "key_concurrency); none for no limit.",
+                ["queue", "limit"],
+            ),
             gauge("queue_stats_up", "1 when the last scrape read the database.", []),
         )
 

@@ -146,32 +146,142 @@ FROM __schema__.cyclone_runs WHERE name = $1 AND key = $2;
 -- join, a run history whose statistics know of no pending run (the usual state right after
 -- a burst of enqueues: autovacuum analyzes the small task table long before the run
 -- history) was planned as a scan of every run, then a sort.
+--
+-- Flow control (migration 0008, docs/flow-control.md), in the same statement. A paused
+-- queue starts nothing. The tasks of each group key ('' for none) are taken in claim order,
+-- the keys in turns: the keys with fewer running tasks first (ties in random order), every
+-- key's first task, then every key's second. A queue with one key counts nothing.
+-- A limited queue's row (and a limited kind's) is locked, so that its claims take turns, and
+-- each claim that starts work bumps its version. Running tasks are counted in this
+-- statement's snapshot, which a claim committed while this one waited for the lock is not
+-- in: so a claim whose snapshot saw an older version than the row it locked starts nothing
+-- and says to claim again at once (a version equal to the snapshot's proves that every claim
+-- of the queue is in the snapshot; a task that ended since is counted still, which is safe).
+-- After the tasks, one row with a NULL id may follow, when a limit held the claim back:
+-- retry_in is how many seconds until it can start more (0: at once; NULL: when a task ends).
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
+), seen AS MATERIALIZED (  -- the queue's row in this statement's snapshot; none: no limits
+    SELECT q.paused, q.version,
+        q.concurrency IS NOT NULL OR q.rate IS NOT NULL OR q.key_concurrency IS NOT NULL
+            AS limited
+    FROM __schema__.cyclone_queues q WHERE q.queue = $1
+), gate AS MATERIALIZED (  -- a limited queue's row, locked: its newest version
+    SELECT q.version, q.concurrency, q.key_concurrency, q.rate, q.per,
+        least(q.rate, q.tokens + greatest(0, extract(epoch FROM now() - q.refilled_at))
+                                 * q.rate / q.per) AS tokens
+    FROM __schema__.cyclone_queues q
+    WHERE q.queue = $1 AND (SELECT s.limited AND NOT s.paused FROM seen s)
+    FOR NO KEY UPDATE
+), kind_seen AS MATERIALIZED (  -- the limited kinds among those served, in the snapshot
+    SELECT k.kind, k.version FROM __schema__.cyclone_kind_limits k
+    WHERE k.kind = ANY ($2::text[]) AND (k.concurrency IS NOT NULL OR k.rate IS NOT NULL)
+      AND NOT coalesce((SELECT s.paused FROM seen s), false)
+), kind_gate AS MATERIALIZED (  -- their rows, locked in kind order (after the queue's)
+    SELECT k.kind, k.version, k.concurrency, k.rate, k.per,
+        least(k.rate, k.tokens + greatest(0, extract(epoch FROM now() - k.refilled_at))
+                                 * k.rate / k.per) AS tokens
+    FROM __schema__.cyclone_kind_limits k
+    -- (after the queue's row: the always-true count makes gate's lock come first)
+    WHERE k.kind = ANY (ARRAY(SELECT kind FROM kind_seen)) AND (SELECT count(*) FROM gate) >= 0
+    ORDER BY k.kind
+    FOR NO KEY UPDATE
+), stale AS MATERIALIZED (  -- a claim committed after this statement's snapshot was taken
+    SELECT coalesce((SELECT s.limited AND NOT s.paused FROM seen s), false)
+           AND (SELECT g.version FROM gate g) IS DISTINCT FROM (SELECT s.version FROM seen s)
+        OR EXISTS (SELECT 1 FROM kind_seen s LEFT JOIN kind_gate g ON g.kind = s.kind
+                   WHERE g.version IS DISTINCT FROM s.version) AS stale
+), kind_free AS MATERIALIZED (  -- what each limited kind may start now
+    SELECT g.kind, g.rate, g.per, g.tokens,
+        greatest(0, least(
+            CASE WHEN g.concurrency IS NOT NULL THEN g.concurrency
+                - (SELECT count(*) FROM __schema__.cyclone_tasks r
+                   WHERE r.state = 'running' AND r.group_key IS NOT NULL
+                     AND r.kind = g.kind) END,
+            floor(g.tokens)))::int AS free
+    FROM kind_gate g
+), allow AS MATERIALIZED (  -- what the queue may start now: none if paused or stale
+    SELECT CASE WHEN coalesce((SELECT s.paused FROM seen s), false) OR (SELECT stale FROM stale)
+        THEN 0
+        ELSE greatest(0, least($3,
+            (SELECT CASE WHEN g.concurrency IS NOT NULL THEN g.concurrency
+                 - (SELECT count(*) FROM __schema__.cyclone_tasks r
+                    WHERE r.state = 'running' AND r.group_key IS NOT NULL
+                      AND r.queue = $1) END FROM gate g),
+            (SELECT floor(g.tokens) FROM gate g)))::int
+        END AS n
+), keys AS MATERIALIZED (  -- the keys with available tasks: one claim index probe each
+    WITH RECURSIVE k (key) AS (
+        (SELECT t.group_key FROM __schema__.cyclone_tasks t
+         WHERE t.state = 'available' AND t.queue = $1 AND (SELECT n FROM allow) > 0
+         ORDER BY t.group_key LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.group_key FROM __schema__.cyclone_tasks t
+                WHERE t.state = 'available' AND t.queue = $1 AND t.group_key > k.key
+                ORDER BY t.group_key LIMIT 1)
+        FROM k WHERE k.key IS NOT NULL
+    )
+    SELECT key FROM k WHERE key IS NOT NULL
+), room AS MATERIALIZED (  -- each key's running tasks (when there is more than one key)
+    SELECT k.key, r.running,
+        CASE WHEN k.key <> '' THEN (SELECT g.key_concurrency FROM gate g) - r.running END
+            AS free
+    FROM keys k
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN (SELECT count(*) FROM keys) > 1
+                      OR (k.key <> '' AND (SELECT g.key_concurrency FROM gate g) IS NOT NULL)
+            THEN (SELECT count(*) FROM __schema__.cyclone_tasks r
+                  WHERE r.state = 'running' AND r.group_key IS NOT NULL AND r.queue = $1
+                    AND r.group_key = k.key)
+            ELSE 0 END AS running
+    ) r
+), turns AS MATERIALIZED (  -- up to n keys with room, in turn, each to take its share
+    SELECT key, free, row_number() OVER (ORDER BY running, random()) AS turn
+    FROM room WHERE free IS NULL OR free > 0
+    ORDER BY running, random()
+    LIMIT (SELECT n FROM allow)
 ), picked AS MATERIALIZED (
-    SELECT t.run_id, t.id
-    FROM __schema__.cyclone_tasks t
-    WHERE t.state = 'available' AND t.queue = $1 AND t.available_at <= now()
-      AND t.kind = ANY ($2::text[])
-      -- A failed run starts nothing more, not even a node whose attempt failed or whose
-      -- lease expired after the run failed; retry_all re-opens the run and so the task.
-      -- A node's input may need its workflow's input function: only workers that know
-      -- the workflow take its nodes.
-      AND (SELECT r.state = 'pending' AND (t.node IS NULL OR r.name = ANY ($6::text[]))
-           FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
-      AND (t.sequence_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM __schema__.cyclone_tasks h
-            WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key AND h.id < t.id))
-    ORDER BY t.priority DESC, t.available_at, t.id
-    LIMIT $3
-    FOR UPDATE OF t SKIP LOCKED
+    SELECT u.turn, c.run_id, c.id, c.kind, c.priority, c.available_at
+    FROM turns u
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id, t.kind, t.priority, t.available_at
+        FROM __schema__.cyclone_tasks t
+        WHERE t.state = 'available' AND t.queue = $1 AND t.group_key = u.key
+          AND t.available_at <= now() AND t.kind = ANY ($2::text[])
+          -- A failed run starts nothing more, not even a node whose attempt failed or whose
+          -- lease expired after the run failed; retry_all re-opens the run and so the task.
+          -- A node's input may need its workflow's input function: only workers that know
+          -- the workflow take its nodes.
+          AND (SELECT r.state = 'pending' AND (t.node IS NULL OR r.name = ANY ($6::text[]))
+               FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+          AND (t.sequence_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM __schema__.cyclone_tasks h
+                WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key AND h.id < t.id))
+        ORDER BY t.priority DESC, t.available_at, t.id
+        LIMIT least(u.free, ceil((SELECT n FROM allow)::float8 / (SELECT count(*) FROM turns)))
+        FOR UPDATE OF t SKIP LOCKED
+    ) c
+), chosen AS MATERIALIZED (  -- in turns: every key's first task, then every key's second...
+    SELECT p.run_id, p.id, p.rank, p.turn
+    FROM (
+        SELECT p.*, row_number() OVER (PARTITION BY p.kind ORDER BY p.rank, p.turn) AS nth
+        FROM (
+            SELECT p.*, row_number() OVER (
+                PARTITION BY p.turn ORDER BY p.priority DESC, p.available_at, p.id) AS rank
+            FROM picked p
+        ) p
+    ) p
+    LEFT JOIN kind_free f ON f.kind = p.kind
+    WHERE f.kind IS NULL OR p.nth <= f.free  -- within each limited kind's room
+    ORDER BY p.rank, p.turn
+    LIMIT (SELECT n FROM allow)
 ), claimed AS (
     UPDATE __schema__.cyclone_tasks t
     SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
         lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
-    FROM picked, async_commit
-    WHERE t.run_id = picked.run_id AND t.id = picked.id
-      AND t.run_id = ANY (ARRAY(SELECT run_id FROM picked))
+    FROM chosen, async_commit
+    WHERE t.run_id = chosen.run_id AND t.id = chosen.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM chosen))
     RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
         -- The claimed tasks' runs, by key again (one read for the three columns).
         (SELECT ARRAY[r.name, r.input::text, r.trace::text]
@@ -180,10 +290,45 @@ WITH async_commit AS (
          FROM __schema__.cyclone_edges e
          JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
          WHERE e.run_id = t.run_id AND e.child = t.node) AS deps
+), counted AS (  -- a limited queue's row: a new version, the bucket less what started
+    UPDATE __schema__.cyclone_queues q
+    SET version = q.version + 1, refilled_at = now(),
+        tokens = CASE WHEN q.rate IS NOT NULL THEN g.tokens - c.n ELSE 0 END
+    FROM gate g, (SELECT count(*) AS n FROM claimed) c
+    WHERE q.queue = $1 AND c.n > 0
+    RETURNING q.rate, q.per, q.tokens
+), kinds_counted AS (  -- likewise for each limited kind that started work
+    UPDATE __schema__.cyclone_kind_limits k
+    SET version = k.version + 1, refilled_at = now(),
+        tokens = CASE WHEN k.rate IS NOT NULL THEN f.tokens - c.n ELSE 0 END
+    FROM kind_free f, (SELECT kind, count(*) AS n FROM claimed GROUP BY kind) c
+    WHERE k.kind = f.kind AND c.kind = f.kind
+    RETURNING k.rate, k.per, k.tokens
+), held AS (  -- whether a limit held the claim back, and until when
+    SELECT CASE
+        WHEN (SELECT stale FROM stale) THEN 0
+        -- Keys took their shares and more may be waiting: claim again at once.
+        WHEN (SELECT count(*) FROM turns) > 1 AND (SELECT count(*) FROM claimed) > 0
+             AND (SELECT count(*) FROM claimed) < (SELECT n FROM allow) THEN 0
+        ELSE (SELECT min((1 - b.tokens) * b.per / b.rate) FROM (
+                  SELECT rate, per, tokens FROM counted
+                  UNION ALL SELECT rate, per, tokens FROM kinds_counted
+                  UNION ALL SELECT rate, per, tokens FROM gate
+                  WHERE NOT EXISTS (SELECT 1 FROM counted)
+                  UNION ALL SELECT f.rate, f.per, f.tokens FROM kind_free f
+                  WHERE NOT EXISTS (SELECT 1 FROM kinds_counted)) b
+              WHERE b.rate IS NOT NULL AND b.tokens < 1)
+        END AS retry_in
+    WHERE (SELECT count(*) FROM claimed) < $3
+      AND ((SELECT stale FROM stale) OR EXISTS (SELECT 1 FROM gate)
+           OR EXISTS (SELECT 1 FROM kind_gate)
+           OR ((SELECT count(*) FROM turns) > 1 AND (SELECT count(*) FROM claimed) > 0))
 )
 SELECT id, run_id, node, kind, attempt, max_attempts, claims,
-    run[1] AS name, run[2] AS input, run[3] AS trace, deps
-FROM claimed;
+    run[1] AS name, run[2] AS input, run[3] AS trace, deps, NULL::float8 AS retry_in
+FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, retry_in FROM held;
 
 -- name: task_heartbeat
 -- Extend the leases of tasks this worker still owns; a task missing from the result was
@@ -334,8 +479,10 @@ WITH done AS (
     RETURNING c.run_id, c.node, c.kind, c.queue, c.priority, c.max_attempts, c.state,
               c.pending_deps, c.signal IS NOT NULL AS signalled
 ), queued AS (
-    INSERT INTO __schema__.cyclone_tasks (run_id, node, kind, queue, priority, max_attempts)
-    SELECT run_id, node, kind, queue, priority, max_attempts
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, max_attempts, group_key)
+    SELECT run_id, node, kind, queue, priority, max_attempts,
+           coalesce((SELECT r.group_key FROM __schema__.cyclone_runs r WHERE r.id = run_id), '')
     FROM released WHERE state = 'queued' AND pending_deps = 0
 ), counted AS (
     UPDATE __schema__.cyclone_runs r
@@ -579,11 +726,12 @@ WITH revived AS (
     UPDATE __schema__.cyclone_runs
     SET state = 'pending', error = NULL, finished_at = NULL, attempts = 0
     WHERE id = $1 AND state = 'failed' AND (SELECT count(*) FROM revived) >= 0
-    RETURNING id, name, queue, priority, max_attempts, errors
+    RETURNING id, name, queue, priority, max_attempts, errors, group_key
 ), queued AS (
     -- The new task carries the errors of earlier attempts, so the history survives.
-    INSERT INTO __schema__.cyclone_tasks (run_id, kind, queue, priority, max_attempts, errors)
-    SELECT id, name, queue, priority, max_attempts, errors FROM r
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, kind, queue, priority, max_attempts, errors, group_key)
+    SELECT id, name, queue, priority, max_attempts, errors, coalesce(group_key, '') FROM r
     WHERE NOT EXISTS (SELECT 1 FROM revived)
 )
 SELECT queue FROM r;
@@ -654,8 +802,10 @@ WITH open_run AS (
     -- A released node's task carries its attempts and errors so far (a parked node goes on
     -- where it stopped; a failed one was reset to none), so the history survives.
     INSERT INTO __schema__.cyclone_tasks
-        (run_id, node, kind, queue, priority, max_attempts, attempt, errors)
-    SELECT run_id, node, kind, queue, priority, max_attempts, attempts, errors FROM released
+        (run_id, node, kind, queue, priority, max_attempts, attempt, errors, group_key)
+    SELECT run_id, node, kind, queue, priority, max_attempts, attempts, errors,
+           coalesce((SELECT r.group_key FROM __schema__.cyclone_runs r WHERE r.id = run_id), '')
+    FROM released
     WHERE kind IS NOT NULL
 )
 SELECT kind IS NULL AS wait, queue, node, signalled FROM released;

@@ -208,3 +208,32 @@ class Actions:
             except CycloneError as exc:
                 outcome.refused.append((run_id, str(exc)))
         return self.render.page(request, "bulk_done.html", outcome=outcome, verb=ACTIONS[action])
+
+    # Flow control from the overview (docs/flow-control.md).
+
+    async def queue_pause(self, request: Request) -> Response:
+        """``client.queues.pause(queue)``."""
+        return await self._queue(request, pause=True)
+
+    async def queue_resume(self, request: Request) -> Response:
+        """``client.queues.resume(queue)``."""
+        return await self._queue(request, pause=False)
+
+    async def _queue(self, request: Request, *, pause: bool) -> Response:
+        queue = request.path_params["queue"]
+        try:
+            if pause:
+                changed = await self.client.queues.pause(queue)
+            else:
+                changed = await self.client.queues.resume(queue)
+        except CycloneError as exc:
+            flash = {"text": f"Not {'paused' if pause else 'resumed'}: {exc}", "error": True}
+            status = 409
+        else:
+            done = "paused: workers claim nothing more from it" if pause else "resumed"
+            same = "was paused already" if pause else "was not paused"
+            flash = {"text": f"Queue {queue} {done if changed else same}.", "error": False}
+            status = 200
+        context = await self.pages.overview_context()
+        template = "_overview_live.html" if request.headers.get("hx-request") else "overview.html"
+        return self.render.page(request, template, status, flash=flash, **context)

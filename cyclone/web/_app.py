@@ -99,6 +99,8 @@ def dashboard(
                 Route(f"/schedules/{{name}}/{verb}", action(endpoint), methods=["POST"])
                 for verb, endpoint in actions.schedule_verbs().items()
             ),
+            Route("/queues/{queue}/pause", action(actions.queue_pause), methods=["POST"]),
+            Route("/queues/{queue}/resume", action(actions.queue_resume), methods=["POST"]),
         ]
     routes += [
         Route("/runs/{run_id}", page(pages.run)),

@@ -36,13 +36,14 @@ class Pages:
 
     async def overview(self, request: Request) -> Response:
         """Per queue: live counts, the oldest wait, completions and failures per minute."""
-        return self.render.page(request, "overview.html", **await self._overview())
+        return self.render.page(request, "overview.html", **await self.overview_context())
 
     async def overview_live(self, request: Request) -> Response:
         """The overview's refreshed part."""
-        return self.render.page(request, "_overview_live.html", **await self._overview())
+        return self.render.page(request, "_overview_live.html", **await self.overview_context())
 
-    async def _overview(self) -> dict[str, Any]:
+    async def overview_context(self) -> dict[str, Any]:
+        """What the overview shows (also after a queue's pause or resume)."""
         stats = await self.client.stats()
         points = await self.client.throughput(minutes=THROUGHPUT_MINUTES)
         now = dt.datetime.now(dt.UTC)

@@ -203,3 +203,53 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
                     if name != "task_pending_work":  # a drain's check, which may read them all
                         tasks = reads_of(plan, "cyclone_tasks")
                         assert all(i for _, i, _ in tasks), (where, "reads every task", plan)
+
+
+async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv) -> None:
+    """A limited queue's claim (locked rows, running counts, keys in turns) and the flow
+    statements read tasks only by index, and runs only by key: analyzed while the queue was
+    empty, then a burst of grouped work, then analyzed with it."""
+    pool, client = cyclone_env.pool, cyclone_env.client
+    for table in ("cyclone_runs", "cyclone_tasks", "cyclone_queues", "cyclone_kind_limits"):
+        await pool.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    await pool.execute(_HISTORY, 30_000)
+    await pool.execute("VACUUM ANALYZE")
+    await client.queues.set_limits(
+        "plans", concurrency=50, rate=1000, per=1, key_concurrency=5, create=True
+    )
+    await client.queues.set_kind_limits("plan.noop", concurrency=40, rate=500, per=1)
+    for tenant in range(20):
+        await noop.enqueue_many(client, list(range(500)), group=f"t{tenant}")
+    await noop.enqueue_many(client, list(range(500)))
+    q = client.queries
+    async with pool.acquire() as conn:
+        rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 30, 30.0, "w", [])
+    assert len({r["id"] for r in rows}) == len(rows) > 0
+    statements: list[tuple[str, tuple[object, ...]]] = [
+        ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
+        ("task_claim", ("elsewhere", ["plan.noop"], 16, 30.0, "w", [])),
+        ("queue_known", ("plans",)),
+        ("queue_list", (None,)),
+        ("queue_limits_set", ("plans", 10, None, None, None)),
+        ("queue_pause_set", ("plans", False)),
+        ("kind_limits_set", ("plan.noop", 10, None, None)),
+    ]
+    for analyzed in ("nothing", "everything"):
+        if analyzed == "everything":
+            await pool.execute("ANALYZE")
+        async with pool.acquire() as conn:
+            for mode in ("custom", "generic"):
+                await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
+                for name, args in statements:
+                    statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {q[name]}")
+                    plan = json.loads(await statement.fetchval(*args))
+                    where = (name, analyzed, mode)
+                    for node, index, cond in reads_of(plan, "cyclone_runs"):
+                        assert index == "cyclone_runs_pkey", (where, node, plan)
+                        assert cond.startswith("(id = "), (where, "all runs", plan)
+                    tasks = reads_of(plan, "cyclone_tasks")
+                    assert all(i for _, i, _ in tasks), (where, "reads every task", plan)
+                    if args[0] == "plans" and name == "task_claim":
+                        used = {i for _, i, _ in tasks}
+                        assert {"idx_tasks_claim", "idx_tasks_running"} <= used, (where, used)
+                        assert "idx_tasks_running_kind" in used, (where, used)

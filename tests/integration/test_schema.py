@@ -16,6 +16,8 @@ TABLES = {
     "cyclone_workers",
     "cyclone_schedules",
     "cyclone_migrations",
+    "cyclone_queues",  # 0008_flow_control
+    "cyclone_kind_limits",
 }
 INDEXES = {
     "cyclone_runs_pkey",
@@ -36,6 +38,10 @@ INDEXES = {
     "idx_workers_expires",
     "cyclone_migrations_pkey",
     "cyclone_schedules_pkey",  # 0007_schedules
+    "cyclone_queues_pkey",  # 0008_flow_control
+    "cyclone_kind_limits_pkey",
+    "idx_tasks_running",
+    "idx_tasks_running_kind",
 }
 
 

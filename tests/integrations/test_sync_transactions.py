@@ -134,18 +134,25 @@ def test_own_statement_enqueue_submit_read_and_signal(
         with pytest.raises(cyclone.DuplicateError):
             client.enqueue(audit, Order("c"), unique="only-one")
         run = client.submit(waits, Order("w"))
+        grouped = client.enqueue(ship, Order("g"), group="tenant-1")
+        grouped_run = client.submit(checkout, Order("g"), group="tenant-2")
         keyed, created = client.submit_once(checkout, "k-5", Order("k"))
         with pytest.raises(cyclone.SubmitConflictError):
             client.submit_once(checkout, "k-5", Order("other"))
         page = client.list_runs(cyclone.RunQuery(limit=10))
-        assert {r.id for r in page.runs} == {*(r.id for r in runs), one.id, run.id, keyed.id}
+        made = {*(r.id for r in runs), one.id, run.id, keyed.id, grouped.id, grouped_run.id}
+        assert {r.id for r in page.runs} == made
         assert created and run.info().name == "integrations.waits"
         client.signal(run.id, "approval", {"ok": True})
         assert run.wait(timeout=60) is cyclone.RunState.COMPLETED
         with pytest.raises(TimeoutError, match="did not end within"):
             one.wait(timeout=0.1)
     woken = sync_listener.settle()
-    assert {p: n for p, n in woken.items() if p.startswith("q:")} == {"q:ship": 2, "q:audit": 1}
+    assert {p: n for p, n in woken.items() if p.startswith("q:")} == {"q:ship": 4, "q:audit": 1}
+    groups = task_groups(
+        cyclone_env.dsn, "SELECT run_id, group_key FROM public.cyclone_tasks WHERE group_key <> ''"
+    )
+    assert groups == {grouped.id: "tenant-1", grouped_run.id: "tenant-2"}
     assert woken[f"r:{run.id}"] == 1  # the signal ended the run
 
 
@@ -173,3 +180,10 @@ def test_a_django_database_that_is_not_postgresql_is_refused(cyclone_env: Cyclon
 def psycopg_client(env: CycloneEnv) -> Iterator[cyclone.sync.Client]:
     with psycopg_pool.ConnectionPool(env.dsn, min_size=1, max_size=2) as pool:
         yield cyclone.sync.Client(pool)
+
+
+def task_groups(dsn: str, query: str) -> dict[Any, Any]:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return dict(conn.execute(query).fetchall())  # type: ignore[arg-type]
