@@ -185,7 +185,20 @@ class Client:
     def _acquire(self) -> Any:
         if self.pool.is_closing():
             raise InvalidStateError("the client's asyncpg pool is closed")
+        self._check_loop()
         return self.pool.acquire()
+
+    def _check_loop(self) -> None:
+        """An asyncpg pool works only in the event loop it was made in; another loop (a second
+        ``asyncio.run``) gets this error rather than asyncpg's "another operation is in
+        progress" or a hang."""
+        loop = getattr(self.pool, "_loop", None)  # asyncpg keeps the pool's loop here
+        if loop is not None and loop is not asyncio.get_running_loop():
+            raise InvalidStateError(
+                "this client's asyncpg pool belongs to another event loop (one per "
+                "asyncio.run): create the pool and the client inside the loop that uses "
+                "them, or use cyclone.sync.Client from synchronous code"
+            )
 
     @contextlib.asynccontextmanager
     async def _borrow(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy]:
@@ -196,6 +209,7 @@ class Client:
         session lock), so a connection left clean is kept until the event loop's next turn:
         calls in a row, as a loop of enqueues makes them, share it with no reset between.
         """
+        self._check_loop()
         conn, self._spare = self._spare, None
         if conn is not None and conn.is_closed():
             self._release_soon(conn)  # the pool takes a closed connection back too

@@ -34,3 +34,26 @@ async def test_a_sync_producer_and_an_async_worker_complete_every_job(
         "SELECT state, count(*) FROM public.cyclone_runs GROUP BY state"
     )
     assert {r["state"]: r["count"] for r in states} == {"completed": JOBS}
+
+
+def test_an_asyncio_client_in_a_second_event_loop_gets_a_clear_error(
+    cyclone_env: CycloneEnv,
+) -> None:
+    import asyncpg
+    import pytest
+
+    import cyclone
+    from tests.integrations.conftest import Order, ship
+
+    async def make() -> tuple[asyncpg.Pool, cyclone.Client]:
+        pool = await asyncpg.create_pool(cyclone_env.dsn, min_size=1, max_size=2)
+        return pool, cyclone.Client(pool)
+
+    first = asyncio.new_event_loop()
+    try:
+        pool, client = first.run_until_complete(make())
+        with pytest.raises(cyclone.InvalidStateError, match="belongs to another event loop"):
+            asyncio.run(ship.enqueue(client, Order("second loop")))
+        first.run_until_complete(pool.close())
+    finally:
+        first.close()
