@@ -119,7 +119,6 @@ class JobPlan:
     ids: list[uuid.UUID]
     options: Options
     queue: str
-    trace: str | None
 
 
 class Target(Protocol):
@@ -166,13 +165,14 @@ class DatabaseTarget:
         span: dict[str, str | int] = {"cyclone.kind": kind.name, "cyclone.queue": plan.queue}
         span["cyclone.count"] = len(plan.ids)
         with observers.enqueue_span(f"enqueue {kind.name}", span):
+            trace = trace_text(self.producer)  # the enqueue span's: a handler's parent
             async with self.connection(transaction=opts.sequence is not None) as conn:
-                carried = await self._insert_jobs(conn, plan)
+                carried = await self._insert_jobs(conn, plan, trace)
             if opts.claimable_now() and not carried:
                 self.woke([plan.queue])
         observers.enqueued(kind.name, plan.queue, len(plan.ids))
 
-    async def _insert_jobs(self, conn: db.Conn, plan: JobPlan) -> bool:
+    async def _insert_jobs(self, conn: db.Conn, plan: JobPlan, trace: str | None) -> bool:
         """Insert; return whether the statement carried its own wakeup."""
         q, opts, kind = self.producer.queries, plan.options, plan.kind
         if opts.sequence is not None:
@@ -195,7 +195,7 @@ class DatabaseTarget:
                         sequence=opts.sequence,
                         unique=opts.unique,
                         deadline=opts.run_deadline,
-                        trace=plan.trace,
+                        trace=trace,
                         notify=notify,
                         group=opts.group,
                     )
@@ -227,18 +227,18 @@ class DatabaseTarget:
         observers = self.producer.observers
         span = {"cyclone.workflow": plan.name, "cyclone.nodes": plan.node_count}
         with observers.enqueue_span(f"submit {plan.name}", span):
-            run_id, created = await self._insert_run(plan)
+            run_id, created = await self._insert_run(plan, trace_text(self.producer))
         if created:
             for queue in plan.queues:
                 observers.enqueued(plan.name, queue, 1)
         return run_id, created
 
-    async def _insert_run(self, plan: SubmitPlan) -> tuple[uuid.UUID, bool]:
+    async def _insert_run(self, plan: SubmitPlan, trace: str | None) -> tuple[uuid.UUID, bool]:
         q = self.producer.queries
         async with self.connection(transaction=False) as conn:
             for _ in range(_KEY_TRIES):
                 run_id = uuid7()
-                inserted = await db.workflow_insert(conn, q, run_id, *plan.arguments())
+                inserted = await db.workflow_insert(conn, q, run_id, *plan.arguments(trace))
                 if inserted is not None:
                     break
                 assert plan.key is not None  # only a keyed insert can insert nothing
@@ -410,7 +410,6 @@ def plan_jobs(
         ids=uuid7_many(len(encoded)),
         options=opts,
         queue=opts.queue or kind.queue,
-        trace=trace_text(client),
     )
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from cyclone import _codec
 from cyclone._errors import InvalidInputError, UnknownKindError
-from cyclone._insert import Producer, check_options, payload_limit, target_for, trace_text
+from cyclone._insert import Producer, check_options, payload_limit, target_for
 from cyclone._keys import validate_key, validate_name
 from cyclone._kinds import Kind, Step
 from cyclone._options import Options, SubmitOptions, seconds
@@ -59,15 +59,15 @@ class SubmitPlan:
     nodes: tuple[list[Any], ...]  # names, kinds, queues, max attempts, deps, wait timeouts
     edges: tuple[list[str], list[str]]  # parents, children
     queues: list[str]  # of the root steps: what to wake once the run commits
-    trace: str | None
 
     @property
     def node_count(self) -> int:
         """How many nodes the run has."""
         return len(self.nodes[0])
 
-    def arguments(self) -> tuple[Any, ...]:
-        """The parameters of ``workflow_insert`` after the run id."""
+    def arguments(self, trace: str | None) -> tuple[Any, ...]:
+        """The parameters of ``workflow_insert`` after the run id (``trace``: the trace
+        context to store, taken inside the submit's span)."""
         opts = self.options
         priority = 0 if opts.priority is None else opts.priority
         return (
@@ -81,7 +81,7 @@ class SubmitPlan:
             opts.process_at,
             *self.nodes,
             *self.edges,
-            self.trace,
+            trace,
             opts.group,
         )
 
@@ -277,7 +277,6 @@ class Workflow(Generic[In]):
             ),
             edges=([p for n in nodes for p in n.after], [n.name for n in nodes for _ in n.after]),
             queues=sorted({n.kind.queue for n in nodes if n.kind and not n.after}),
-            trace=trace_text(producer),
         )
 
     async def _submit(

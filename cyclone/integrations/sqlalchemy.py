@@ -77,7 +77,8 @@ class SessionWakeups:
         if trans.parent is not None:
             self.frames.setdefault(trans.parent, set()).update(queues)
         elif self.sink is not None:
-            self.sink._queues.update(queues)
+            for queue in queues:
+                self.sink.add(queue)
         elif self.publish is not None and queues:
             self.publish([queue_payload(q) for q in sorted(queues)])
 
