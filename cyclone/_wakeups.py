@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Union, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 import asyncpg
 
@@ -197,7 +197,10 @@ def track_wakeups(conn: Any) -> tuple[Any, Wakeups]:
     return TrackedConnection(conn, wakeups), wakeups
 
 
-Tx = Union[AnyConnection, TrackedConnection, "AsyncSession", "AsyncConnection"]
+if TYPE_CHECKING:
+    Tx: TypeAlias = AnyConnection | TrackedConnection | AsyncSession | AsyncConnection
+else:  # SQLAlchemy is optional: a type checker sees its session types, the runtime need not
+    Tx = AnyConnection | TrackedConnection
 """What a ``*_tx`` call accepts: an asyncpg connection in a transaction, a tracked one, or a
 SQLAlchemy ``AsyncSession``/``AsyncConnection`` on asyncpg in a transaction."""
 
