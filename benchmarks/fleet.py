@@ -30,8 +30,8 @@ async def _serve(dsn: str, concurrency: int, retention: float | None) -> None:
     async with asyncpg.create_pool(dsn, min_size=2, max_size=size) as pool:
         keep = None
         if retention is not None:
-            keep = dt.timedelta(seconds=retention)
-            keep = cyclone.Retention(completed=keep, failed=keep, cancelled=keep)
+            age = dt.timedelta(seconds=retention)
+            keep = cyclone.Retention(completed=age, failed=age, cancelled=age)
         client = cyclone.Client(pool, retention=keep)
         print("ready", flush=True)
         if (await reader.readline()).strip() != b"go":
@@ -73,6 +73,14 @@ class Fleet:
             line = await asyncio.wait_for(proc.stdout.readline(), 120)
             if line.strip() != b"ready":
                 raise RuntimeError(f"fleet worker {proc.pid} did not start: {line!r}")
+
+    def cpu(self) -> float:
+        """CPU seconds the worker processes have used so far (user and system)."""
+        ticks = 0
+        for proc in self.procs:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def go(self) -> None:
         """Every worker starts claiming."""

@@ -51,6 +51,8 @@ _STATEMENTS = """
 SELECT query, calls, total_exec_time FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
+# asyncpg's reset of a connection released to its pool: one round trip of four statements.
+_RESET = ("SELECT pg_advisory_unlock_all()", "CLOSE ALL", "UNLISTEN *", "RESET ALL")
 _COMMITS = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
 # The statements of the maintenance pass (cyclone/_maintenance.py); the rest of an idle
 # worker's traffic is its claim polls, heartbeats and presence row.
@@ -137,21 +139,56 @@ class Row:
     processes: int
     drain: float
     sustained: float
+    cost: Cost
     drain_waits: Waits
     sustained_waits: Waits
 
 
-async def drain(pool: asyncpg.Pool, dsn: str, processes: int, s: Sizes) -> tuple[float, Waits]:
-    """A prefilled queue drained by the fleet; jobs/s."""
+@dataclass
+class Cost:
+    """What a drain cost per job."""
+
+    commits: float
+    statements: float
+    worker_cpu_ms: float  # the worker processes' CPU time
+    top: str  # the most frequent statements, calls per job
+
+
+async def _commits(pool: asyncpg.Pool) -> int:
+    commits: int = await pool.fetchval(_COMMITS)
+    return commits
+
+
+async def drain(
+    pool: asyncpg.Pool, dsn: str, processes: int, s: Sizes
+) -> tuple[float, Waits, Cost]:
+    """A prefilled queue drained by the fleet; jobs/s, wait events and cost per job."""
     await truncate(pool)
     await _prefill(cyclone.Client(pool), s.jobs)
     await pool.execute("VACUUM ANALYZE cyclone_runs, cyclone_tasks")
-    async with Fleet(dsn, processes, s.concurrency) as fleet, sampling(dsn) as waits:
-        start = time.perf_counter()
-        fleet.go()
-        await _until_empty(pool)
-        elapsed = time.perf_counter() - start
-    return s.jobs / elapsed, waits
+    async with Fleet(dsn, processes, s.concurrency) as fleet:
+        await pool.execute("SELECT pg_stat_statements_reset()")
+        commits, cpu = await _commits(pool), fleet.cpu()
+        async with sampling(dsn) as waits:
+            start = time.perf_counter()
+            fleet.go()
+            await _until_empty(pool)
+            elapsed = time.perf_counter() - start
+        cpu = fleet.cpu() - cpu
+        await asyncio.sleep(1.5)  # backends flush their statistics about every second
+        commits = await _commits(pool) - commits
+        rows = await pool.fetch(_STATEMENTS)
+    names = _names()
+    calls: collections.Counter[str] = collections.Counter()
+    for r in rows:
+        if r["query"] in _RESET:  # four statements in one round trip: count it once
+            if r["query"] == "RESET ALL":
+                calls["pool reset"] += r["calls"]
+            continue
+        calls[names.get(_text(r["query"]), r["query"][:30])] += r["calls"]
+    top = ", ".join(f"{n} {c / s.jobs:.2f}" for n, c in calls.most_common(4))
+    cost = Cost(commits / s.jobs, calls.total() / s.jobs, cpu * 1000 / s.jobs, top)
+    return s.jobs / elapsed, waits, cost
 
 
 async def sustained(pool: asyncpg.Pool, dsn: str, processes: int, s: Sizes) -> tuple[float, Waits]:
@@ -198,25 +235,23 @@ class Idle:
 async def idle_maintenance(pool: asyncpg.Pool, dsn: str, processes: int, window: float) -> Idle:
     """Statements per second of ``processes`` idle workers with the retention sweeper on."""
     await truncate(pool)
-    names = {_text(Queries("public")[n]): n for n in parse_folder(_sql_folder())}
+    names = _names()
     async with Fleet(dsn, processes, processes, retention=86_400) as fleet:
         fleet.go()
         await asyncio.sleep(6.0)  # every worker has started and run a maintenance pass
         await pool.execute("SELECT pg_stat_statements_reset()")
-        await pool.execute("SELECT pg_stat_clear_snapshot()")
-        commits = await pool.fetchval(_COMMITS)
+        commits = await _commits(pool)
         start = time.perf_counter()
         await asyncio.sleep(window)
         rows = await pool.fetch(_STATEMENTS)
-        await pool.execute("SELECT pg_stat_clear_snapshot()")
         elapsed = time.perf_counter() - start
         await asyncio.sleep(1.0)  # pg_stat_database is flushed by backends about every second
-        commits = (await pool.fetchval(_COMMITS)) - commits
+        commits = await _commits(pool) - commits
     per: dict[str, tuple[float, float]] = {}
     for r in rows:
         name = names.get(_text(r["query"]))
         if r["query"] == "RESET ALL":
-            name = "asyncpg pool reset on release (4 statements, 1 round trip)"
+            name = "pool reset"
         if name is None:
             continue  # this process's own statements
         calls, ms = per.get(name, (0.0, 0.0))
@@ -224,9 +259,15 @@ async def idle_maintenance(pool: asyncpg.Pool, dsn: str, processes: int, window:
     return Idle(elapsed, commits / elapsed, per)
 
 
+def _names() -> dict[str, str]:
+    """Cyclone's statements by their text as pg_stat_statements keeps it."""
+    return {_text(Queries("public")[n]): n for n in parse_folder(_sql_folder())}
+
+
 def _text(query: str) -> str:
-    """A statement's text as pg_stat_statements keeps it: no trailing semicolon."""
-    return query.strip().rstrip(";").rstrip()
+    """A statement's text as pg_stat_statements keeps it (no trailing semicolon), its
+    whitespace folded."""
+    return " ".join(query.split()).rstrip(";").rstrip()
 
 
 def _sql_folder() -> resources.abc.Traversable:
@@ -242,6 +283,9 @@ def render(rows: Sequence[Row], idle: Idle, processes: int, s: Sizes) -> str:
             "ratio to 1",
             "sustained jobs/s",
             "ratio to 1",
+            "commits/job",
+            "statements/job",
+            "worker CPU ms/job",
             "active backends",
             "Lock+LWLock",
             "top wait events (drain)",
@@ -253,6 +297,9 @@ def render(rows: Sequence[Row], idle: Idle, processes: int, s: Sizes) -> str:
                 f"{r.drain / one.drain:.2f}",
                 f"{r.sustained:,.0f}",
                 f"{r.sustained / one.sustained:.2f}",
+                f"{r.cost.commits:.3f}",
+                f"{r.cost.statements:.3f}",
+                f"{r.cost.worker_cpu_ms:.3f}",
                 f"{r.drain_waits.active():.1f}",
                 f"{r.drain_waits.share('Lock') + r.drain_waits.share('LWLock'):.1%}",
                 r.drain_waits.top(),
@@ -272,6 +319,10 @@ def render(rows: Sequence[Row], idle: Idle, processes: int, s: Sizes) -> str:
             for r in rows
         ],
     )
+    per_job = report.table(
+        ["processes", "round trips per job in the drain (pool reset: asyncpg's, on release)"],
+        [[str(r.processes), r.cost.top] for r in rows],
+    )
     maint = sorted(idle.statements.items(), key=lambda kv: -kv[1][0])
     idle_rows = [
         [name, "maintenance" if name in MAINTENANCE else "other", f"{c:.2f}", f"{ms:.2f}"]
@@ -290,6 +341,8 @@ def render(rows: Sequence[Row], idle: Idle, processes: int, s: Sizes) -> str:
             "",
             sustained_waits,
             "",
+            per_job,
+            "",
             f"idle: {processes} workers, retention on, {idle.seconds:.0f} s: "
             f"{all_calls:.1f} statements/s in all, maintenance {m_calls:.2f} statements/s "
             f"({m_ms:.2f} ms of server time per second), {idle.commits:.1f} commits/s",
@@ -305,9 +358,9 @@ async def measure(dsn: str, s: Sizes, processes: Sequence[int]) -> str:
         await pool.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         rows = []
         for p in processes:
-            rate, waits = await drain(pool, dsn, p, s)
+            rate, waits, cost = await drain(pool, dsn, p, s)
             rate2, waits2 = await sustained(pool, dsn, p, s)
-            rows.append(Row(p, rate, rate2, waits, waits2))
+            rows.append(Row(p, rate, rate2, cost, waits, waits2))
             print(f"# {p} processes: drain {rate:,.0f} jobs/s, sustained {rate2:,.0f}", flush=True)
         idle = await idle_maintenance(pool, dsn, max(processes), s.idle)
         await truncate(pool)
@@ -319,6 +372,13 @@ def main() -> None:
     parser.add_argument("--dsn", default=os.environ.get("CYCLONE_BENCH_DSN"))
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--processes", default=",".join(map(str, PROCESSES)))
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a server setting for the throwaway server, e.g. commit_delay=200",
+    )
     args = parser.parse_args()
     sizes = QUICK if args.quick else Sizes()
     processes = [int(p) for p in args.processes.split(",")]
@@ -326,8 +386,10 @@ def main() -> None:
         print(asyncio.run(measure(args.dsn, sizes, processes)))
         return
     settings = {"shared_preload_libraries": "pg_stat_statements"}
+    settings.update(kv.split("=", 1) for kv in args.set)
     with postgres_server(env_var="CYCLONE_BENCH_DSN", durable=True, settings=settings) as server:
-        print(f"# {describe(server)}, durable settings")
+        extra = "".join(f", {kv}" for kv in args.set)
+        print(f"# {describe(server)}, durable settings{extra}")
         print(asyncio.run(measure(server.dsn, sizes, processes)))
 
 
