@@ -24,9 +24,10 @@ import asyncio
 import collections
 import contextlib
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 import asyncpg
@@ -51,6 +52,7 @@ _STATEMENTS = """
 SELECT query, calls, total_exec_time FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
+_CONSTANTS = re.compile(r"'[^']*'|\$\d+|\b\d+\b|\b(?:true|false)\b")
 # asyncpg's reset of a connection released to its pool: one round trip of four statements.
 _RESET = ("SELECT pg_advisory_unlock_all()", "CLOSE ALL", "UNLISTEN *", "RESET ALL")
 _COMMITS = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
@@ -265,9 +267,10 @@ def _names() -> dict[str, str]:
 
 
 def _text(query: str) -> str:
-    """A statement's text as pg_stat_statements keeps it (no trailing semicolon), its
-    whitespace folded."""
-    return " ".join(query.split()).rstrip(";").rstrip()
+    """A statement's text with what pg_stat_statements changes taken out: whitespace
+    folded, no trailing semicolon, parameters and the constants it turns into parameters
+    (strings, numbers, booleans) removed."""
+    return _CONSTANTS.sub("", " ".join(query.split())).rstrip("; ")
 
 
 def _sql_folder() -> resources.abc.Traversable:
@@ -287,7 +290,8 @@ def render(rows: Sequence[Row], idle: Idle, processes: int, s: Sizes) -> str:
             "statements/job",
             "worker CPU ms/job",
             "active backends",
-            "Lock+LWLock",
+            "Lock",
+            "LWLock",
             "top wait events (drain)",
         ],
         [
@@ -301,19 +305,21 @@ def render(rows: Sequence[Row], idle: Idle, processes: int, s: Sizes) -> str:
                 f"{r.cost.statements:.3f}",
                 f"{r.cost.worker_cpu_ms:.3f}",
                 f"{r.drain_waits.active():.1f}",
-                f"{r.drain_waits.share('Lock') + r.drain_waits.share('LWLock'):.1%}",
+                f"{r.drain_waits.share('Lock:'):.1%}",
+                f"{r.drain_waits.share('LWLock:'):.1%}",
                 r.drain_waits.top(),
             ]
             for r in rows
         ],
     )
     sustained_waits = report.table(
-        ["processes", "active backends", "Lock+LWLock", "top wait events (sustained)"],
+        ["processes", "active backends", "Lock", "LWLock", "top wait events (sustained)"],
         [
             [
                 str(r.processes),
                 f"{r.sustained_waits.active():.1f}",
-                f"{r.sustained_waits.share('Lock') + r.sustained_waits.share('LWLock'):.1%}",
+                f"{r.sustained_waits.share('Lock:'):.1%}",
+                f"{r.sustained_waits.share('LWLock:'):.1%}",
                 r.sustained_waits.top(),
             ]
             for r in rows
@@ -372,6 +378,7 @@ def main() -> None:
     parser.add_argument("--dsn", default=os.environ.get("CYCLONE_BENCH_DSN"))
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--processes", default=",".join(map(str, PROCESSES)))
+    parser.add_argument("--concurrency", type=int, help="total queue concurrency (default 64)")
     parser.add_argument(
         "--set",
         action="append",
@@ -381,6 +388,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     sizes = QUICK if args.quick else Sizes()
+    if args.concurrency:
+        sizes = replace(sizes, concurrency=args.concurrency)
     processes = [int(p) for p in args.processes.split(",")]
     if args.dsn:
         print(asyncio.run(measure(args.dsn, sizes, processes)))
