@@ -43,7 +43,7 @@ FAIL_PERCENT = 5
 TICK = 0.1
 _SIZES = """
 SELECT s.relname AS name, pg_table_size(s.relid) AS heap, pg_indexes_size(s.relid) AS indexes,
-    s.n_live_tup AS live, s.n_dead_tup AS dead, s.autovacuum_count AS autovacuums
+    s.n_dead_tup AS dead, s.autovacuum_count AS autovacuums, s.n_tup_del AS deleted
 FROM pg_stat_user_tables s WHERE s.relname = ANY ($1::text[])
 """
 
@@ -76,8 +76,7 @@ class Ledger:
     finished: int = 0  # since the last sample
     repeats: int = 0
     wrong_repeats: int = 0
-    purged: int = 0
-    first_purge: float | None = None  # seconds into the run
+    first_purge: float | None = None  # seconds into the run of the first sample after one
 
     def outcome(self, item: Item, node: str, attempt: int, last: bool) -> None:
         """Called by the handler; raises the planned failures."""
@@ -123,21 +122,6 @@ chain = cyclone.define("soak.chain", Item)
 _a = chain.node(node, name="a")
 _b = chain.node(node, name="b", after=[_a])
 chain.node(node, name="c", after=[_b])
-
-
-class _Purges(logging.Handler):
-    """Counts the runs the retention sweeper reports purged."""
-
-    def __init__(self, start: float) -> None:
-        super().__init__(logging.INFO)
-        self.start = start
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.msg == "worker %s: retention purged %d runs":
-            assert isinstance(record.args, tuple)
-            ledger.purged += int(record.args[1])  # type: ignore[call-overload]
-            if ledger.first_purge is None:
-                ledger.first_purge = time.perf_counter() - self.start
 
 
 @dataclass(frozen=True)
@@ -233,8 +217,10 @@ async def _sample(pool: asyncpg.Pool, start: float, last: float) -> Sample:
         indexes={t: rows[t]["indexes"] for t in TABLES},
         dead={t: rows[t]["dead"] for t in TABLES},
         autovacuums=sum(rows[t]["autovacuums"] for t in TABLES),
-        purged=ledger.purged,
+        purged=rows["cyclone_runs"]["deleted"],  # only the sweeper deletes runs
     )
+    if sample.purged and ledger.first_purge is None:
+        ledger.first_purge = sample.t
     ledger.latencies.clear()
     ledger.finished = 0
     return sample
@@ -255,46 +241,34 @@ async def soak(
     global ledger
     ledger = Ledger()
     keep = dt.timedelta(seconds=retention)
-    start = time.perf_counter()
-    purges = _Purges(start)
-    log = logging.getLogger("cyclone")
-    level = log.level
-    log.addHandler(purges)
-    log.setLevel(logging.INFO)
-    try:
-        async with asyncpg.create_pool(dsn, min_size=4, max_size=24) as pool:
-            await cyclone.Client(pool).migrate()
-            await truncate(pool)
-            await pool.execute("SELECT pg_stat_reset()")
-            retain = cyclone.Retention(completed=keep, failed=keep, cancelled=keep)
-            client = cyclone.Client(pool, retention=retain)
-            worker = cyclone.Worker(
-                client,
-                steps=[job],
-                workflows=[chain],
-                queues={QUEUE: concurrency},
-                backoff=lambda attempt: 0.2,
-            )
-            samples: list[Sample] = []
-            async with worker:
-                start = purges.start = time.perf_counter()
-                producer = asyncio.create_task(_produce(client, rate, start + seconds))
-                last = start
-                while not producer.done():
-                    await asyncio.wait({producer}, timeout=last + every - time.perf_counter())
-                    if time.perf_counter() >= last + every or producer.done():
-                        samples.append(await _sample(pool, start, last))
-                        last = time.perf_counter()
-                submitted = await producer
-                await _drained(pool, 300)
-                await worker.drain()
-            pending = await pool.fetchval(
-                "SELECT count(*) FROM cyclone_runs WHERE state = 'pending'"
-            )
-            await client.aclose()
-    finally:
-        log.removeHandler(purges)
-        log.setLevel(level)
+    async with asyncpg.create_pool(dsn, min_size=4, max_size=24) as pool:
+        await cyclone.Client(pool).migrate()
+        await truncate(pool)
+        await pool.execute("SELECT pg_stat_reset()")
+        retain = cyclone.Retention(completed=keep, failed=keep, cancelled=keep)
+        client = cyclone.Client(pool, retention=retain)
+        worker = cyclone.Worker(
+            client,
+            steps=[job],
+            workflows=[chain],
+            queues={QUEUE: concurrency},
+            backoff=lambda attempt: 0.2,
+        )
+        samples: list[Sample] = []
+        async with worker:
+            start = time.perf_counter()
+            producer = asyncio.create_task(_produce(client, rate, start + seconds))
+            last = start
+            while not producer.done():
+                await asyncio.wait({producer}, timeout=last + every - time.perf_counter())
+                if time.perf_counter() >= last + every or producer.done():
+                    samples.append(await _sample(pool, start, last))
+                    last = time.perf_counter()
+            submitted = await producer
+            await _drained(pool, 300)
+            await worker.drain()
+        pending = await pool.fetchval("SELECT count(*) FROM cyclone_runs WHERE state = 'pending'")
+        await client.aclose()
     return Soak(
         samples,
         submitted,
@@ -386,6 +360,7 @@ def main() -> None:
     parser.add_argument("--plot", help="write the series as a PNG here")
     args = parser.parse_args()
     every = args.every or (60.0 if args.minutes >= 10 else 10.0)
+    logging.basicConfig(level=logging.ERROR)  # not the warning of every planned failure
 
     def run(dsn: str) -> None:
         result = asyncio.run(
