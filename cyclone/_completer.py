@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,8 @@ logger = logging.getLogger("cyclone")
 
 _BACKOFF_CAP = 2.0  # seconds between tries of a write while the database is unreachable
 _LOG_EVERY = 10  # tries of one write between two warnings about it
+_WRITERS = 3  # batches written at once, each on its own connection
+_releasing: set[asyncio.Task[None]] = set()  # connections being given back to the pool
 
 
 Accepted = set[tuple[int, int]]
@@ -88,7 +90,8 @@ class Completer:
         self._arrived = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
-        self._task: asyncio.Task[None] | None = None
+        self._writing = 0  # batches being written
+        self._tasks: list[asyncio.Task[None]] = []
         self._give_up_at: float | None = None  # set by stop(): when to stop trying
 
     @property
@@ -98,7 +101,10 @@ class Completer:
 
     def start(self) -> None:
         """Start the batching loop."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="cyclone-completer")
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._run(), name=f"cyclone-completer-{i}") for i in range(_WRITERS)
+        ]
 
     def give_up_after(self, seconds: float) -> None:
         """Stop trying writes that still fail ``seconds`` from now (a worker shutting down);
@@ -107,13 +113,11 @@ class Completer:
 
     async def stop(self) -> None:
         """Write what is buffered, then stop."""
-        if self._task is None:
-            return
         await self._drained.wait()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
 
     def submit(self, outcome: Completed | Released | Failed) -> asyncio.Future[bool]:
         """Buffer an outcome for the next batch; the future says whether it was accepted
@@ -126,21 +130,28 @@ class Completer:
         return done
 
     async def _run(self) -> None:
+        """One of the writers: takes what is buffered, as one batch, and writes it. While
+        one batch waits for its commit, the next writer takes the outcomes that arrived
+        meanwhile (a batch waits on the database, not on the event loop)."""
         while True:
-            await self._arrived.wait()
-            self._arrived.clear()
-            while self._buffer:
-                batch = self._buffer[: self._batch_size]
-                del self._buffer[: self._batch_size]
-                try:
-                    await self._write_batch(batch)
-                except Exception as exc:  # supervised loop: report to each waiter, keep going
-                    for item in batch:
-                        if not item.done.done():
-                            item.done.set_exception(exc)
+            while not self._buffer:
+                self._arrived.clear()
+                await self._arrived.wait()
+            batch = self._buffer[: self._batch_size]
+            del self._buffer[: self._batch_size]
+            self._writing += 1
+            try:
+                await self._write_batch(batch)
+            except Exception as exc:  # supervised loop: report to each waiter, keep going
+                for item in batch:
+                    if not item.done.done():
+                        item.done.set_exception(exc)
+            finally:
+                self._writing -= 1
                 self._unwritten -= len(batch)
-                self._on_written()
-            self._drained.set()
+            self._on_written()
+            if not self._buffer and not self._writing:
+                self._drained.set()
 
     async def _write_batch(self, batch: list[_Pending]) -> None:
         """Write a batch, group by group, each in its own transaction or statement.
@@ -178,7 +189,7 @@ class Completer:
         while True:
             tries += 1
             try:
-                async with self._pool.acquire() as conn:
+                async with pooled(self._pool) as conn:
                     if tx:
                         async with conn.transaction():
                             accepted, effects = await write(conn, outcomes)
@@ -307,7 +318,7 @@ class Completer:
         tries = 1
         while True:
             try:
-                async with self._pool.acquire() as conn:
+                async with pooled(self._pool) as conn:
                     found = await self._confirm_completed(conn, [outcome], Effects())
                 return outcome.claimed.key in found
             except db.RETRYABLE_ERRORS as exc:
@@ -385,6 +396,37 @@ class Completer:
         found = [o.claimed for o in unsure if (o.claimed.run_id, o.claimed.node) in done]
         effects.ended.update(c.run_id for c in found)
         return {c.key for c in found}
+
+
+@contextlib.asynccontextmanager
+async def pooled(pool: Any) -> AsyncIterator[db.Conn]:
+    """A pooled connection that goes back to the pool in the background after the block.
+
+    The pool resets a connection when it takes it back, a round trip that the hot paths
+    (claims, outcome writes) need not wait for. After an error, it goes back at once.
+    """
+    if pool.is_closing():
+        raise InvalidStateError("the client's asyncpg pool is closed")
+    conn = await pool.acquire()
+    try:
+        yield conn
+    except BaseException:
+        await asyncio.shield(pool.release(conn))
+        raise
+    task = asyncio.get_running_loop().create_task(pool.release(conn))
+    _releasing.add(task)
+    task.add_done_callback(_released)
+
+
+def _released(task: asyncio.Task[None]) -> None:
+    _releasing.discard(task)
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.warning(
+            "the pool could not reset a connection it took back (%s: %s); it closes it and "
+            "opens another",
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _completion_columns(

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from cyclone import _queries as db
 from cyclone._attempt import Claimed, Completed, ConnectionLost, Lost, Outcome
-from cyclone._completer import Completer
+from cyclone._completer import Completer, pooled
 from cyclone._executor import Executor
 from cyclone._leases import LeaseKeeper
 
@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from cyclone._client import Client
 
 logger = logging.getLogger("cyclone")
+
+# Claims of one queue in flight together: with more free slots than one claim takes
+# (claim_batch), the next claim runs while the last one's attempts start.
+CLAIMS_AT_ONCE = 2
 
 
 class Producer:
@@ -67,7 +71,9 @@ class Producer:
         self._leases = leases
         self._wake = asyncio.Event()
         self._stopping = False
-        self._running = 0  # slots taken
+        self._running = 0  # slots taken by attempts
+        self._reserved = 0  # slots held for the claims in flight
+        self._claims: set[asyncio.Task[None]] = set()  # in flight
         self._last_claim_full = False
         self._held_back = False  # the completer's buffer had no room at the last look
 
@@ -86,40 +92,58 @@ class Producer:
         self._wake.set()
 
     def _room(self) -> int:
-        room = min(self.limit - self._running, self._claim_batch)
-        buffered = self._completer.room
+        """How many tasks the next claim may take: free slots, bounded by the claim size and
+        by what the completer's buffer still takes."""
+        room = min(self.limit - self._running - self._reserved, self._claim_batch)
+        buffered = self._completer.room - self._reserved
         self._held_back = buffered < room
         return min(room, buffered)
 
     async def run(self) -> None:
-        """Claim until stopped."""
+        """Claim until stopped; then wait for the claims in flight."""
+        loop = asyncio.get_running_loop()
         while not self._stopping:
             # Cleared before claiming: a wakeup that arrives during the claim is kept.
             self._wake.clear()
-            room = self._room()
-            if room > 0:
-                try:
-                    await self._claim(room)
-                except db.DATABASE_ERRORS as exc:
-                    self._last_claim_full = False  # back off to the poll while it is down
-                    logger.warning(
-                        "worker %s: claiming from queue %r failed: %s; trying again at the "
-                        "next poll",
-                        self._worker_id,
-                        self.name,
-                        exc,
-                        extra={"worker": self._worker_id, "queue": self.name},
-                    )
-            if self._last_claim_full and self._room() > 0:
-                continue  # more is waiting and there is room: claim again at once
+            # A first claim on every wakeup; more at once only while claims come back full.
+            while len(self._claims) < CLAIMS_AT_ONCE and (
+                not self._claims or self._last_claim_full
+            ):
+                room = self._room()
+                if room <= 0:
+                    break
+                self._reserved += room
+                task = loop.create_task(self._claim(room), name=f"cyclone-claim-{self.name}")
+                self._claims.add(task)
             timeout = self._poll_interval * random.uniform(0.8, 1.0)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
                     await self._wake.wait()
+        await asyncio.gather(*self._claims, return_exceptions=True)
 
     async def _claim(self, limit: int) -> None:
+        """Claim up to ``limit`` tasks (slots reserved by the caller) and start an attempt for
+        each."""
+        try:
+            await self._claim_and_start(limit)
+        except db.DATABASE_ERRORS as exc:
+            self._last_claim_full = False  # back off to the poll while it is down
+            logger.warning(
+                "worker %s: claiming from queue %r failed: %s; trying again at the next poll",
+                self._worker_id,
+                self.name,
+                exc,
+                extra={"worker": self._worker_id, "queue": self.name},
+            )
+        finally:
+            self._reserved -= limit
+            self._claims.discard(asyncio.current_task())
+            if self._last_claim_full:
+                self._wake.set()  # more is probably waiting: claim again
+
+    async def _claim_and_start(self, limit: int) -> None:
         started = time.perf_counter()
-        async with self._client._acquire() as conn:
+        async with pooled(self._client.pool) as conn:
             rows = await db.task_claim(
                 conn,
                 self._client.queries,
@@ -130,8 +154,6 @@ class Producer:
                 self._worker_id,
                 self._workflows,
             )
-            # Start the attempts before giving the connection back: the pool resets it on
-            # release (a round trip), and the handlers need not wait for that.
             loop = asyncio.get_running_loop()
             for row in rows:
                 claimed = Claimed(
