@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s lint typecheck tests examples docs bench``."""
+"""Developer sessions: ``nox -s lint typecheck tests examples docs bench chaos``."""
 
 from __future__ import annotations
 
@@ -46,6 +46,15 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmark suite: Cyclone against the raw-SQL floor on one server."""
-    session.install("-e", ".[test]")
+    """The benchmarks: Cyclone beside the raw-SQL floors, PgQueuer and Procrastinate on one
+    server (``nox -s bench -- --quick``, ``-- --only drain,stale``, ``-- --rounds 3``)."""
+    session.install("-e", ".[test,bench]")
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+@nox.session
+def chaos(session: nox.Session) -> None:
+    """The fault-injection suite (tests/chaos): own PostgreSQL clusters, worker processes, an
+    exact ledger. Durations from CHAOS_* environment variables (see tests/chaos)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "tests/chaos", *session.posargs)

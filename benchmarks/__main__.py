@@ -1,8 +1,10 @@
-"""Run every benchmark on one PostgreSQL, in one run, and print Cyclone's figures as ratios to
-the raw-SQL floor: ``python -m benchmarks [--dsn DSN]``.
+"""Run the benchmarks on one PostgreSQL, in one run, and print Cyclone's figures beside the
+raw-SQL floors and beside PgQueuer and Procrastinate:
+``python -m benchmarks [--quick] [--rounds N] [--only SCENARIO,...] [--dsn DSN]``.
 
 Without ``--dsn`` (or ``CYCLONE_BENCH_DSN``) it starts a throwaway server with PostgreSQL's
-durable defaults (fsync on), so the numbers mean what they would in production.
+durable defaults (fsync and synchronous_commit on), so the numbers mean what they would in
+production. Scenarios: insert, enqueue, drain, stale, wake, others, workflows.
 """
 
 from __future__ import annotations
@@ -10,129 +12,227 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
+import platform
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 
 import asyncpg
 
 import cyclone
-from benchmarks import floor, library
+from benchmarks import embedded, floor, history, library, others, report
 from benchmarks.floor import Figure
+from benchmarks.jobs import truncate
+from benchmarks.report import Results
 from cyclone.testing import describe, postgres_server
 
-ROUNDS = 2  # each paired figure is the best of this many rounds, for both sides alike
-
-# (library figure, floor figure, target ratio, higher is better)
-PAIRS = [
-    ("enqueue_many", "insert_unnest", 0.50, True),
-    ("enqueue", "insert_single", 0.75, True),
-    ("drain", "drain_delete", 0.25, True),
-    ("wake p50", "wake_p50", 2.0, False),
-    ("wake p99", "wake_p99", None, False),
-]
+SCENARIOS = ("insert", "enqueue", "drain", "stale", "wake", "others", "workflows")
 
 
-async def measure(dsn: str) -> tuple[dict[str, Figure], dict[str, Figure]]:
-    """Each floor right before its Cyclone counterpart, on a settled server, so that both
-    sides of a ratio see the same conditions (not an idle server for one and the churn of
-    the previous benchmark for the other)."""
-    async with asyncpg.create_pool(dsn, min_size=2, max_size=20) as pool:
-        await cyclone.Client(pool).migrate()
+@dataclass(frozen=True)
+class Sizes:
+    """How much each scenario does; ``--quick`` shrinks them."""
+
+    rounds: int = 2  # every measured figure is run this many times, both sides alike
+    jobs: int = 10_000  # drained jobs, enqueue_many jobs
+    calls: int = 2_000  # sequential single enqueues
+    history: int = 1_000_000  # finished runs under the stale-statistics drain
+    cap: float = 60.0  # seconds a stale-statistics drain may take before it is cut short
+    wake_history: int = 20_000
+    samples: int = 200  # wake latency samples
+
+
+QUICK = Sizes(rounds=1, jobs=2_000, calls=500, history=100_000, cap=15.0, samples=100)
+
+Measure = Callable[[], Awaitable[Figure | tuple[Figure, ...] | list[Figure]]]
+
+
+class Bench:
+    """One run's state: the pool, the sizes and every figure measured so far."""
+
+    def __init__(self, pool: asyncpg.Pool, dsn: str, dsn_for: Callable[[str], str], sizes: Sizes):
+        self.pool, self.dsn, self.dsn_for, self.sizes = pool, dsn, dsn_for, sizes
+        self.results: Results = {}
+        self.notes: list[str] = []
+
+    async def settle(self) -> None:
+        """Clean tables and an empty WAL backlog before each measured side."""
+        await self.pool.execute("VACUUM ANALYZE", timeout=600)
+        await self.pool.execute("CHECKPOINT", timeout=600)
+
+    def keep(self, result: Figure | Sequence[Figure]) -> None:
+        for f in [result] if isinstance(result, Figure) else result:
+            self.results.setdefault(f.name, []).append(f)
+
+    async def rounds(self, *sides: Measure) -> None:
+        """Each side in turn on a settled server, once per round."""
+        for _ in range(self.sizes.rounds):
+            for side in sides:
+                await self.settle()
+                self.keep(await side())
+
+    async def insert(self) -> None:
+        pool, s = self.pool, self.sizes
+        await self.rounds(
+            lambda: floor.insert_unnest(pool, s.jobs),
+            lambda: library.enqueue_many(pool, s.jobs),
+            lambda: floor.insert_single(pool, s.calls),
+            lambda: library.enqueue_single(pool, s.calls),
+        )
+        await self.settle()
+        self.keep(await floor.insert_copy(pool, s.jobs))
+
+    async def enqueue(self) -> None:
+        pool, s = self.pool, self.sizes
+        await self.rounds(
+            lambda: floor.insert_notify(pool, s.calls),
+            lambda: embedded.enqueue_with_worker(pool, s.calls),
+        )
+
+    async def drain(self) -> None:
+        pool, s = self.pool, self.sizes
+        await self.rounds(
+            lambda: floor.drain_delete(pool, s.jobs),
+            lambda: embedded.drain(pool, s.jobs, 16),
+            lambda: embedded.drain(pool, s.jobs, 200),
+            lambda: library.drain(pool, self.dsn, s.jobs),
+        )
+        await self.settle()
+        self.keep(await floor.drain_update(pool, s.jobs))
+
+    async def stale(self) -> None:
+        pool, s = self.pool, self.sizes
+        await truncate(pool)
+        start = time.perf_counter()
+        await history.build_history(pool, s.history)
+        built = time.perf_counter() - start
+        await history.autovacuum(pool, enabled=False)
+        plans: dict[str, dict[str, str]] = {}
+
+        def side(analyze: bool) -> Measure:
+            async def run() -> Figure:
+                figure, plan = await embedded.stale_drain(
+                    pool, self.dsn, s.jobs, 16, analyze=analyze, cap=s.cap
+                )
+                plans.setdefault("analyzed" if analyze else "stale", plan)
+                return figure
+
+            return run
+
+        try:
+            await self.rounds(side(False), side(True))
+        finally:
+            await history.autovacuum(pool, enabled=True)
+            await truncate(pool)
+        self.notes.append(
+            f"stale drain: {s.history:,} finished runs written in {built:.0f} s, then VACUUM "
+            f"ANALYZE, autovacuum off, a burst of {s.jobs:,} enqueues (enqueue_many, "
+            f"batches of {embedded.BATCH}) and the drain; the analyzed drain ANALYZEs after "
+            "the burst. The claim's plans right before each drain (first round):"
+        )
+        for state, by_mode in plans.items():
+            for mode, plan in by_mode.items():
+                verdict = "SCANS cyclone_runs" if history.scans_runs(plan) else "runs by key"
+                self.notes.append(f"  - {state}, {mode} plan ({verdict}): {plan}")
+
+    async def wake(self) -> None:
+        pool, s = self.pool, self.sizes
 
         async def connect() -> asyncpg.Connection:
-            conn: asyncpg.Connection = await asyncpg.connect(dsn)
+            conn: asyncpg.Connection = await asyncpg.connect(self.dsn)
             return conn
 
-        async def settle() -> None:
-            await pool.execute("VACUUM ANALYZE")
-            await pool.execute("CHECKPOINT")
-
-        raw: dict[str, Figure] = {}
-        lib: dict[str, Figure] = {}
-        pairs: list[tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[Any]]]] = [
-            (lambda: floor.insert_unnest(pool), lambda: library.enqueue_many(pool)),
-            (lambda: floor.insert_single(pool), lambda: library.enqueue_single(pool)),
-            (lambda: floor.drain_delete(pool), lambda: library.drain(pool, dsn)),
-            (lambda: floor.wake_latency(pool, connect), lambda: library.wake_latency(pool)),
-        ]
-        for raw_side, lib_side in pairs:
-            # Best of two rounds, each side right after the other: the first round also
-            # warms caches and prepared statements, on both sides alike.
-            for _ in range(ROUNDS):
-                await settle()
-                _keep_best(raw, _figures(await raw_side()))
-                _keep_best(lib, _figures(await lib_side()))
-        await settle()
-        for figure in [
-            await floor.insert_copy(pool),
-            await floor.drain_update(pool),
-            *await library.workflow_runs(pool, dsn, library.chain3, runs=300),
-            *await library.workflow_runs(pool, dsn, library.fanout, runs=20),
-            *await library.submit_rates(pool),
-        ]:
-            (raw if figure.name in {"insert_copy", "drain_update"} else lib)[figure.name] = figure
-    return raw, lib
-
-
-def _figures(result: Figure | tuple[Figure, ...]) -> tuple[Figure, ...]:
-    return result if isinstance(result, tuple) else (result,)
-
-
-def _keep_best(into: dict[str, Figure], figures: tuple[Figure, ...]) -> None:
-    for f in figures:
-        old = into.get(f.name)
-        lower_is_better = f.unit == "ms"
-        if old is None or (f.value < old.value if lower_is_better else f.value > old.value):
-            into[f.name] = f
-
-
-def report(raw: dict[str, Figure], lib: dict[str, Figure]) -> str:
-    lines = [f"{'cyclone':<14}{'value':>12}  {'floor':<14}{'value':>12}  {'ratio':>7}  target"]
-    for mine, base, target, higher in PAIRS:
-        a, b = lib[mine], raw[base]
-        ratio = a.value / b.value
-        if target is None:
-            verdict = ""
-        elif higher:
-            verdict = f">= {target:.2f} {'ok' if ratio >= target else 'MISSED'}"
-        else:
-            verdict = f"<= {target:.2f} {'ok' if ratio <= target else 'MISSED'}"
-        lines.append(
-            f"{mine:<14}{a.value:>12,.1f}  {base:<14}{b.value:>12,.1f}  {ratio:>7.2f}  {verdict}"
+        await self.rounds(
+            lambda: floor.wake_latency(pool, connect, s.samples),
+            lambda: library.wake_latency(pool, s.samples, history=s.wake_history),
         )
-    lines.append("")
-    for name in ("chain3 runs", "chain3 trips", "fanout runs", "fanout trips"):
-        f = lib[name]
-        lines.append(f"{name:<20}{f.value:>10,.1f} {f.unit} ({f.detail})")
-    plain = lib["submit"].value
-    for name in ("submit", "submit_once new", "submit_once repeat"):
-        f = lib[name]
-        lines.append(f"{name:<20}{f.value:>10,.1f} {f.unit}  ratio to submit {f.value / plain:.2f}")
-    lines.append("")
-    lines.append(
-        "floor only: "
-        + ", ".join(
-            f"{f.name} {f.value:,.1f} {f.unit}"
-            for f in raw.values()
-            if f.name not in {p[1] for p in PAIRS}
-        )
+
+    async def others(self) -> None:
+        if gone := others.missing():
+            self.notes.append(
+                f"not compared: {', '.join(gone)} not installed; install the bench extra "
+                "(pip install -e '.[bench]') or run nox -s bench"
+            )
+        s = self.sizes
+        async with others.libraries(self.pool, self.dsn_for) as found:
+            for _ in range(s.rounds):
+                for lib in found.values():
+                    await self.settle()
+                    self.keep(await lib.figures(s.jobs, s.calls))
+
+    async def workflows(self) -> None:
+        pool = self.pool
+        await self.settle()
+        self.keep(await library.workflow_runs(pool, self.dsn, library.chain3, runs=300))
+        self.keep(await library.workflow_runs(pool, self.dsn, library.fanout, runs=20))
+        self.keep(await library.submit_rates(pool))
+
+
+async def settings(pool: asyncpg.Pool) -> str:
+    """The machine and the server settings that the figures depend on."""
+    names = ("fsync", "synchronous_commit", "full_page_writes", "shared_buffers", "max_connections")
+    values = [f"{n}={await pool.fetchval(f'SHOW {n}')}" for n in names]
+    version = await pool.fetchval("SHOW server_version")
+    return (
+        f"{os.cpu_count()} cores ({platform.machine()}, {platform.system()}), "
+        f"Python {platform.python_version()}, PostgreSQL {version}: {', '.join(values)}"
     )
-    lines.append(
-        "units: " + ", ".join(f"{lib[m].name} {lib[m].unit} ({lib[m].detail})" for m, *_ in PAIRS)
-    )
+
+
+async def measure(
+    dsn: str, dsn_for: Callable[[str], str], sizes: Sizes, only: Sequence[str]
+) -> str:
+    async with asyncpg.create_pool(dsn, min_size=2, max_size=20) as pool:
+        await cyclone.Client(pool).migrate()
+        bench = Bench(pool, dsn, dsn_for, sizes)
+        header = await settings(pool)
+        start = time.perf_counter()
+        for name in only:
+            step = time.perf_counter()
+            await getattr(bench, name)()
+            print(f"# {name}: {time.perf_counter() - step:.0f} s", file=sys.stderr)
+        elapsed = time.perf_counter() - start
+    names = [n for n in others.LIBRARIES if any(k.startswith(n + " ") for k in bench.results)]
+    lines = [
+        f"# {header}",
+        f"# {sizes.rounds} round(s), {sizes.jobs:,} jobs, {sizes.calls:,} calls; "
+        f"best round shown, (min-max) over rounds; took {elapsed:.0f} s",
+        "",
+        report.floors(bench.results),
+    ]
+    if "others" in only:
+        lines += ["", report.others(bench.results, names)]
+    extras = report.extras(bench.results)
+    if extras or bench.notes:
+        lines += ["", *extras, *(f"- {n}" if not n.startswith("  ") else n for n in bench.notes)]
     return "\n".join(lines)
+
+
+def _dsn_for(dsn: str) -> Callable[[str], str]:
+    return lambda database: urlsplit(dsn)._replace(path="/" + database).geturl()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dsn", default=os.environ.get("CYCLONE_BENCH_DSN"))
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, one round")
+    parser.add_argument("--rounds", type=int, help="rounds per figure (default 2, quick 1)")
+    parser.add_argument("--only", help=f"comma-separated scenarios of: {', '.join(SCENARIOS)}")
     args = parser.parse_args()
+    sizes = QUICK if args.quick else Sizes()
+    if args.rounds:
+        sizes = replace(sizes, rounds=args.rounds)
+    only = args.only.split(",") if args.only else list(SCENARIOS)
+    if unknown := [name for name in only if name not in SCENARIOS]:
+        parser.error(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     if args.dsn:
-        print(report(*asyncio.run(measure(args.dsn))))
+        print(asyncio.run(measure(args.dsn, _dsn_for(args.dsn), sizes, only)))
         return
     with postgres_server(env_var="CYCLONE_BENCH_DSN", durable=True) as server:
         print(f"# {describe(server)}, durable settings")
-        print(report(*asyncio.run(measure(server.dsn))))
+        print(asyncio.run(measure(server.dsn, server.dsn_for, sizes, only)))
 
 
 if __name__ == "__main__":

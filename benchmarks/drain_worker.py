@@ -14,7 +14,7 @@ import time
 import asyncpg
 
 import cyclone
-from benchmarks.library import QUEUE, noop
+from benchmarks.jobs import QUEUE, noop
 
 
 async def main(dsn: str, n: int, concurrency: int) -> None:

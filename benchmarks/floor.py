@@ -11,6 +11,8 @@ printed as ratios to: what is left over is the library's own cost.
   PostgreSQL offers; the ceiling for batch enqueue.
 - ``insert_single``: one parameterised ``INSERT`` per call, each acquiring a pool connection and
   committing on its own, as an HTTP handler enqueuing one job would.
+- ``insert_notify``: one ``INSERT`` and one ``pg_notify`` per transaction, sequential, on one
+  connection held throughout: the floor for an enqueue that wakes a worker.
 - ``drain_delete``: concurrent clients, each holding a connection, claim a batch with
   ``FOR UPDATE SKIP LOCKED`` and complete it by ``DELETE`` in one statement. The fastest raw
   queue: no leases, retries or history.
@@ -166,6 +168,19 @@ async def insert_single(pool: asyncpg.Pool, n: int = 2_000) -> Figure:
     return Figure("insert_single", n / elapsed, "calls/s", f"n={n} sequential")
 
 
+async def insert_notify(pool: asyncpg.Pool, n: int = 2_000) -> Figure:
+    """Sequential transactions of one INSERT and one NOTIFY on one connection; calls/s."""
+    payloads = _payloads(n)
+    async with _jobs_table(pool), pool.acquire() as conn:
+        start = time.perf_counter()
+        for payload in payloads:
+            async with conn.transaction():
+                await conn.execute(_INSERT_ONE, QUEUE, payload)
+                await conn.execute(_NOTIFY, CHANNEL, QUEUE)
+        elapsed = time.perf_counter() - start
+    return Figure("insert_notify", n / elapsed, "calls/s", f"n={n} one connection")
+
+
 async def _drain(
     pool: asyncpg.Pool, name: str, ddl: str, claim: str, n: int, clients: int, batch: int
 ) -> Figure:
@@ -256,6 +271,7 @@ async def run_all(pool: asyncpg.Pool, connect: Connect) -> list[Figure]:
         await insert_unnest(pool),
         await insert_copy(pool),
         await insert_single(pool),
+        await insert_notify(pool),
         await drain_delete(pool),
         await drain_update(pool),
     ]

@@ -17,49 +17,40 @@ import asyncpg
 
 import cyclone
 from benchmarks.floor import Figure
+from benchmarks.history import build_history
+from benchmarks.jobs import QUEUE, noop, truncate
 
 ROOT = Path(__file__).resolve().parents[1]
-QUEUE = "bench"
-
-
-@cyclone.step("bench.noop", queue=QUEUE)
-async def noop(ctx: cyclone.Context, i: int) -> None:
-    return None
-
-
-async def _truncate(pool: asyncpg.Pool) -> None:
-    await pool.execute("TRUNCATE cyclone_runs, cyclone_steps, cyclone_edges, cyclone_tasks")
-    await pool.execute("VACUUM ANALYZE")
 
 
 async def enqueue_many(pool: asyncpg.Pool, n: int = 10_000, batch: int = 1_000) -> Figure:
     """``enqueue_many`` in batches of ``batch``; jobs/s."""
     client = cyclone.Client(pool)
-    await _truncate(pool)
+    await truncate(pool)
     start = time.perf_counter()
     for lo in range(0, n, batch):
         await noop.enqueue_many(client, list(range(lo, min(n, lo + batch))))
     elapsed = time.perf_counter() - start
-    await _truncate(pool)
+    await truncate(pool)
     return Figure("enqueue_many", n / elapsed, "jobs/s", f"n={n} batch={batch}")
 
 
 async def enqueue_single(pool: asyncpg.Pool, n: int = 2_000) -> Figure:
     """Sequential ``enqueue`` calls, each its own transaction (and wakeup); calls/s."""
     client = cyclone.Client(pool)
-    await _truncate(pool)
+    await truncate(pool)
     start = time.perf_counter()
     for i in range(n):
         await noop.enqueue(client, i)
     elapsed = time.perf_counter() - start
-    await _truncate(pool)
+    await truncate(pool)
     return Figure("enqueue", n / elapsed, "calls/s", f"n={n}, own transaction + NOTIFY each")
 
 
 async def drain(pool: asyncpg.Pool, dsn: str, n: int = 10_000, concurrency: int = 200) -> Figure:
     """10,000 no-op jobs drained by one worker process; jobs/s from its start to empty."""
     client = cyclone.Client(pool)
-    await _truncate(pool)
+    await truncate(pool)
     for lo in range(0, n, 1_000):
         await noop.enqueue_many(client, list(range(lo, min(n, lo + 1_000))))
     await pool.execute("VACUUM ANALYZE")
@@ -78,7 +69,7 @@ async def drain(pool: asyncpg.Pool, dsn: str, n: int = 10_000, concurrency: int 
     if proc.returncode != 0:
         raise RuntimeError(f"drain worker failed with {proc.returncode}")
     result = json.loads(out.decode().strip().splitlines()[-1])
-    await _truncate(pool)
+    await truncate(pool)
     return Figure(
         "drain",
         n / result["seconds"],
@@ -88,15 +79,17 @@ async def drain(pool: asyncpg.Pool, dsn: str, n: int = 10_000, concurrency: int 
 
 
 async def wake_latency(
-    pool: asyncpg.Pool, samples: int = 200, warmup: int = 10
+    pool: asyncpg.Pool, samples: int = 200, warmup: int = 10, history: int = 0
 ) -> tuple[Figure, Figure]:
     """Commit of a tracked enqueue to its handler starting in a listening worker; p50/p99 ms.
 
     The clock starts just before COMMIT, as in the floor; publishing the wakeup after the
-    commit is part of what is measured.
+    commit is part of what is measured. ``history`` finished runs are written first.
     """
     client = cyclone.Client(pool)
-    await _truncate(pool)
+    await truncate(pool)
+    if history:
+        await build_history(pool, history)
     started: asyncio.Queue[float] = asyncio.Queue()
 
     @cyclone.step("bench.wake", queue="wake")
@@ -116,7 +109,7 @@ async def wake_latency(
             if i >= warmup:
                 latencies.append((t1 - t0) * 1000)
             await worker.idle()
-    await _truncate(pool)
+    await truncate(pool)
     cuts = statistics.quantiles(latencies, n=100)
     return (
         Figure("wake p50", cuts[49], "ms", f"{samples} samples"),
@@ -142,7 +135,7 @@ async def workflow_runs(
     statements (round trips) per node, every statement counted: claims, completions,
     heartbeats, maintenance and wakeups."""
     client = cyclone.Client(pool)
-    await _truncate(pool)
+    await truncate(pool)
     statements = 0
 
     def count(_record: object) -> None:
@@ -167,7 +160,7 @@ async def workflow_runs(
         elapsed = time.perf_counter() - start
         await worker_client.aclose()
     nodes = runs * len(workflow.nodes)
-    await _truncate(pool)
+    await truncate(pool)
     name = workflow.name.removeprefix("bench.")
     return (
         Figure(
@@ -182,7 +175,7 @@ async def submit_rates(pool: asyncpg.Pool, n: int = 1_000) -> list[Figure]:
     client = cyclone.Client(pool)
     figures = []
     for label in ("submit", "submit_once new", "submit_once repeat"):
-        await _truncate(pool)
+        await truncate(pool)
         if label == "submit_once repeat":
             for i in range(n):
                 await chain3.submit_once(client, f"k{i}", i)
@@ -193,5 +186,5 @@ async def submit_rates(pool: asyncpg.Pool, n: int = 1_000) -> list[Figure]:
             else:
                 await chain3.submit_once(client, f"k{i}", i)
         figures.append(Figure(label, n / (time.perf_counter() - start), "calls/s", "3-node chain"))
-    await _truncate(pool)
+    await truncate(pool)
     return figures

@@ -34,13 +34,16 @@ from cyclone._observe import Observer
 from cyclone._options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
 from cyclone._run import (
     NodeInfo,
+    NodePayloads,
     QueueStats,
     ResultRun,
     Run,
     RunInfo,
     RunPage,
+    RunPayloads,
     RunQuery,
     RunState,
+    Throughput,
     UnservedWork,
 )
 from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups
@@ -65,6 +68,7 @@ __all__ = [
     "NoOutputError",
     "Node",
     "NodeInfo",
+    "NodePayloads",
     "NotInTransactionError",
     "Observer",
     "PayloadTooLargeError",
@@ -78,6 +82,7 @@ __all__ = [
     "RunInfo",
     "RunNotFoundError",
     "RunPage",
+    "RunPayloads",
     "RunQuery",
     "RunState",
     "SchemaNotMigratedError",
@@ -86,6 +91,7 @@ __all__ = [
     "Step",
     "SubmitConflictError",
     "SubmitOptions",
+    "Throughput",
     "TrackedConnection",
     "TrackedTransaction",
     "Tx",

@@ -30,13 +30,16 @@ from cyclone._observe import Observer, Observers
 from cyclone._options import seconds, validate_int
 from cyclone._run import (
     NodeInfo,
+    NodePayloads,
     QueueStats,
     ResultRun,
     Run,
     RunInfo,
     RunPage,
+    RunPayloads,
     RunQuery,
     RunState,
+    Throughput,
     UnservedWork,
 )
 from cyclone._sql import Queries
@@ -85,6 +88,7 @@ _WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notificat
 _DIAGNOSE_TIMEOUT = 2.0  # seconds a timed-out wait spends finding what holds the run up
 _PURGE_BATCH = 1000
 _MIGRATE_TRIES = 5
+_THROUGHPUT_MAX_MINUTES = 24 * 60
 _T = TypeVar("_T")
 
 
@@ -320,30 +324,19 @@ class Client:
         """Runs matching ``query``, newest first, one page at a time."""
         query = query or RunQuery()
         limit = validate_int(query.limit, what="limit", low=1)
-        states = query.state
-        if isinstance(states, RunState | str):
-            states = [states]
-        cursor = None
-        if query.cursor is not None:
-            try:
-                cursor = uuid.UUID(query.cursor)
-            except ValueError:
-                raise InvalidInputError(f"not a cursor from list_runs: {query.cursor!r}") from None
+        args = _search_args(query)
         async with self._acquire() as conn:
-            rows = await db.run_list(
-                conn,
-                self.queries,
-                None,
-                query.name,
-                query.key,
-                query.created_after,
-                query.created_before,
-                cursor,
-                None if states is None else [RunState(s).value for s in states],
-                limit + 1,
-            )
-        runs = [_run_info(r) for r in rows[:limit]]
-        next_cursor = str(runs[-1].id) if len(rows) > limit else None
+            rows = await db.run_search(conn, self.queries, *args, limit + 1, query.scan)
+            runs = [_run_info(r) for r in rows[:limit]]
+            if len(rows) > limit:
+                next_cursor: str | None = str(runs[-1].id)
+            elif query.scan is not None:
+                # A short page from a bounded walk: go on from where the walk ended, if the
+                # history goes on.
+                end = await db.run_walk_end(conn, self.queries, args[4], query.scan)
+                next_cursor = None if end is None else str(end)
+            else:
+                next_cursor = None
         return RunPage(runs=runs, next_cursor=next_cursor)
 
     async def purge_terminal_runs(
@@ -544,6 +537,96 @@ class Client:
         if not row["job"] and row["result_node"] is None:
             raise NoOutputError(run_id)
         return _codec.decode(row["output"], output_type)
+
+    # Read models for dashboards (cyclone.web)
+
+    async def count_runs(self, query: RunQuery | None = None, *, at_most: int = 10_000) -> int:
+        """How many runs match ``query``'s filters (its limit aside), counting at most
+        ``at_most``: a result equal to ``at_most`` means "that many or more". ``query.scan``
+        bounds the runs read, as in :meth:`list_runs`."""
+        query = query or RunQuery()
+        cap = validate_int(at_most, what="at_most", low=1)
+        args = _search_args(query)
+        async with self._acquire() as conn:
+            return await db.run_count(conn, self.queries, *args, cap, query.scan)
+
+    async def throughput(self, *, minutes: int = 60) -> list[Throughput]:
+        """Steps that ended per queue and minute over the last ``minutes`` (the current minute
+        included): completed, and failed with their attempts used up. Minutes in which a
+        queue finished nothing are left out; sorted by queue, then minute."""
+        window = validate_int(minutes, what="minutes", low=1)
+        if window > _THROUGHPUT_MAX_MINUTES:
+            raise InvalidInputError(
+                f"minutes must be at most {_THROUGHPUT_MAX_MINUTES} (one day), got {window}"
+            )
+        async with self._acquire() as conn:
+            rows = await db.throughput_minutes(conn, self.queries, window)
+        return [Throughput(**dict(r)) for r in rows]
+
+    @contextlib.asynccontextmanager
+    async def watch(self) -> AsyncIterator[asyncio.Event]:
+        """An event set whenever Cyclone's notifications say something changed: new work on
+        a queue, a run that ended, or the listener reconnecting (notifications may have been
+        missed). Clear it once you have looked; for live views, such as the dashboard's.
+
+        Notifications are hints: a view should also refresh now and then, and with
+        ``notify=False`` the event is never set.
+        """
+        event = asyncio.Event()
+        if not self.notify:
+            yield event
+            return
+        self._notifier.acquire()
+        unsubscribe = self._notifier.subscribe_all(lambda _payload: event.set())
+        try:
+            yield event
+        finally:
+            unsubscribe()
+            await asyncio.shield(self._notifier.release())
+
+    async def _run_payloads(self, run_id: uuid.UUID) -> RunPayloads:
+        async with self._acquire() as conn:
+            row = await db.run_payloads(conn, self.queries, run_id)
+            if row is None:
+                raise RunNotFoundError(run_id)
+            nodes = await db.node_payloads(conn, self.queries, run_id)
+        return RunPayloads(
+            input=_codec.decode(row["input"], Any),
+            output=None if row["output"] is None else _codec.decode(row["output"], Any),
+            nodes={
+                n["node"]: NodePayloads(
+                    queue=n["queue"],
+                    output=None if n["output"] is None else _codec.decode(n["output"], Any),
+                    signal=None if n["signal"] is None else _codec.decode(n["signal"], Any),
+                    signalled=n["signal"] is not None,
+                )
+                for n in nodes
+            },
+        )
+
+
+def _search_args(query: RunQuery) -> list[Any]:
+    """The filter parameters of run_search and run_count ($1..$7), checked."""
+    states = query.state
+    if isinstance(states, RunState | str):
+        states = [states]
+    if query.scan is not None:
+        validate_int(query.scan, what="scan", low=1)
+    cursor = None
+    if query.cursor is not None:
+        try:
+            cursor = uuid.UUID(query.cursor)
+        except ValueError:
+            raise InvalidInputError(f"not a cursor from list_runs: {query.cursor!r}") from None
+    return [
+        query.name,
+        query.key,
+        query.created_after,
+        query.created_before,
+        cursor,
+        None if states is None else [RunState(s).value for s in states],
+        query.queue,
+    ]
 
 
 def _run_info(row: db.Record, payload: db.Record | None = None) -> RunInfo:

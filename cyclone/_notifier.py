@@ -61,6 +61,7 @@ class Notifier:
         self._channel = channel
         self._retry_delay = retry_delay
         self._queue_subscribers: list[Callable[[str], None]] = []
+        self._all_subscribers: list[Callable[[str], None]] = []
         self._run_waiters: dict[str, set[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
@@ -75,6 +76,12 @@ class Notifier:
         """Call ``callback(queue)`` on each queue wakeup; returns an unsubscribe function."""
         self._queue_subscribers.append(callback)
         return lambda: self._queue_subscribers.remove(callback)
+
+    def subscribe_all(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(payload)`` on every notification, and with ``""`` after a reconnect
+        (for live views); returns an unsubscribe function."""
+        self._all_subscribers.append(callback)
+        return lambda: self._all_subscribers.remove(callback)
 
     def watch_run(self, run_id: uuid.UUID) -> asyncio.Event:
         """An event set when a run-ended notification for ``run_id`` arrives."""
@@ -108,6 +115,8 @@ class Notifier:
                 await task
 
     def _dispatch(self, payload: str) -> None:
+        for every in list(self._all_subscribers):
+            every(payload)
         if payload.startswith(QUEUE_PREFIX):
             queue = payload[len(QUEUE_PREFIX) :]
             for callback in list(self._queue_subscribers):
@@ -119,7 +128,7 @@ class Notifier:
 
     def _wake_everyone(self) -> None:
         # After a reconnect, notifications sent while we were away are lost: poll now.
-        for callback in list(self._queue_subscribers):
+        for callback in [*self._queue_subscribers, *self._all_subscribers]:
             callback("")
         for events in self._run_waiters.values():
             for event in events:

@@ -431,3 +431,40 @@ async def worker_leave(conn: Conn, q: Queries, worker: str) -> None:
 async def wakeup_notify(conn: Conn, q: Queries, channel: str, payloads: Sequence[str]) -> None:
     """Send one NOTIFY per payload."""
     await conn.execute(q["wakeup_notify"], channel, payloads)
+
+
+# The dashboard's read models (sql/dashboard.sql).
+
+
+async def run_search(conn: Conn, q: Queries, *args: Any) -> list[Record]:
+    """One page of runs matching the filters, newest first, within a bounded walk."""
+    return await conn.fetch(q["run_search"], *args)
+
+
+async def run_walk_end(
+    conn: Conn, q: Queries, cursor: uuid.UUID | None, scan: int
+) -> uuid.UUID | None:
+    """The last run a walk of ``scan`` runs from ``cursor`` reads; None if fewer are left."""
+    found: uuid.UUID | None = await conn.fetchval(q["run_walk_end"], cursor, scan)
+    return found
+
+
+async def run_count(conn: Conn, q: Queries, *args: Any) -> int:
+    """How many runs match the filters, counting up to a cap."""
+    count: int = await conn.fetchval(q["run_count"], *args)
+    return count
+
+
+async def run_payloads(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | None:
+    """A run's input and output as JSON text."""
+    return await conn.fetchrow(q["run_payloads"], run_id)
+
+
+async def node_payloads(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
+    """Each node's queue, output and signal payload."""
+    return await conn.fetch(q["node_payloads"], run_id)
+
+
+async def throughput_minutes(conn: Conn, q: Queries, minutes: int) -> list[Record]:
+    """Completed and failed steps per queue and minute over the last ``minutes``."""
+    return await conn.fetch(q["throughput_minutes"], minutes)

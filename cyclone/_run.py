@@ -115,8 +115,8 @@ class RunQuery:
 
     A page is found by walking runs from the newest back (by their time-ordered ids) until
     ``limit`` match, so a filter that few recent runs match reads further into the history;
-    keep the history bounded with :class:`Retention`. A ``cursor`` starts the walk where the
-    previous page ended.
+    keep the history bounded with :class:`Retention`, or bound the walk with ``scan``. A
+    ``cursor`` starts the walk where the previous page ended.
     """
 
     name: str | None = None
@@ -126,6 +126,12 @@ class RunQuery:
     created_before: dt.datetime | None = None
     limit: int = 100
     cursor: str | None = None
+    #: A job's queue, or the queue of any node of a workflow run.
+    queue: str | None = None
+    #: Read at most this many runs (from the cursor back) to fill the page: the page may then
+    #: be short, with a ``next_cursor`` that continues the walk. ``None`` reads on until the
+    #: page is full or the history ends.
+    scan: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +185,11 @@ class Run:
         """Re-open a failed run: every failed node gets a fresh attempt budget."""
         await self.client._run_retry(self.id, None)
 
+    async def payloads(self) -> RunPayloads:
+        """The run's input and output, and each node's output and signal payload (decoded
+        JSON, untyped: for display and inspection)."""
+        return await self.client._run_payloads(self.id)
+
     async def retry(self, node: str) -> None:
         """Reset one failed node; the run re-opens once no failed node is left.
 
@@ -217,3 +228,42 @@ class ResultRun(Run, Generic[Out_co]):
         """
         result: Out_co = await self.client._run_result(self.id, self.output_type, timeout)
         return result
+
+
+# Read models for dashboards (cyclone.web).
+
+
+@dataclass(frozen=True, slots=True)
+class NodePayloads:
+    """One workflow node's queue, output (``None`` until it completes) and, for a wait node,
+    the signal payload it got (``signalled`` tells a ``None`` payload from no signal)."""
+
+    queue: str
+    output: Any
+    signal: Any
+    signalled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunPayloads:
+    """A run's input and output as stored, decoded as plain JSON values.
+
+    ``output`` is a job's output or a result workflow's result node's (``None`` before it
+    completes or when there is none); ``nodes`` maps each node of a workflow run to its
+    :class:`NodePayloads` (empty for a job).
+    """
+
+    input: Any
+    output: Any
+    nodes: dict[str, NodePayloads]
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Steps of one queue that ended in one minute (``minute`` is its start, UTC): completed,
+    and failed with their attempts used up."""
+
+    queue: str
+    minute: dt.datetime
+    completed: int
+    failed: int

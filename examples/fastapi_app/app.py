@@ -4,11 +4,14 @@
 
 The worker starts in the app's lifespan on the app's own pool. POST /orders needs an
 ``Idempotency-Key`` header: a retried POST returns the same run and writes one order row.
+The dashboard is mounted at /jobs behind HTTP basic auth (user ``admin``, the password in
+``DASHBOARD_PASSWORD``), through FastAPI's own security dependency.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,8 +19,10 @@ from contextlib import asynccontextmanager
 import asyncpg
 import msgspec
 from fastapi import FastAPI, Header, HTTPException, Request, Response
+from fastapi.security import HTTPBasic
 
 import cyclone
+import cyclone.web
 from examples.orders import SCHEMA, NewOrder, fulfil, place_order
 
 
@@ -30,8 +35,27 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await client.migrate()
         await pool.execute(SCHEMA)
         app.state.pool, app.state.client = pool, client
-        async with cyclone.Worker(client, workflows=[fulfil], queues={"orders": 8}):
-            yield
+        app.mount("/jobs", cyclone.web.dashboard(client, authorize=is_admin), name="jobs")
+        try:
+            async with cyclone.Worker(client, workflows=[fulfil], queues={"orders": 8}):
+                yield
+        finally:  # the dashboard goes with its client (a lifespan may run again, as in tests)
+            app.router.routes[:] = [r for r in app.routes if getattr(r, "name", "") != "jobs"]
+
+
+basic = HTTPBasic()
+
+
+async def is_admin(request: Request) -> bool:
+    """The dashboard's gate: FastAPI's HTTPBasic answers 401 with a challenge when no
+    credentials came; wrong ones get a 403."""
+    credentials = await basic(request)
+    assert credentials is not None  # HTTPBasic raises rather than return None
+    password = os.environ.get("DASHBOARD_PASSWORD", "")
+    return bool(password) and (
+        secrets.compare_digest(credentials.username, "admin")
+        & secrets.compare_digest(credentials.password, password)
+    )
 
 
 app = FastAPI(lifespan=lifespan)

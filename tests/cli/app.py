@@ -27,11 +27,12 @@ async def fail(ctx: cyclone.Context, n: int) -> int:
 pipeline = cyclone.define("cli.pipeline", int)
 pipeline.node(echo, name="second", after=[pipeline.node(echo, name="first")])
 
-WORK = [echo, slow, fail, pipeline]
-
 # Node names that sort child first: `runs show` must not rely on the order nodes come in.
 backwards = cyclone.define("cli.backwards", int)
 backwards.node(echo, name="a_child", after=[backwards.node(echo, name="z_parent")])
+
+# Every workflow that uses these steps: a worker given a step but not a workflow of it warns.
+WORK = [echo, slow, fail, pipeline, backwards]
 
 
 def make_worker(client: cyclone.Client) -> cyclone.Worker:

@@ -86,3 +86,29 @@ async def test_order_service(
         assert status == 404
     rows = await cyclone_env.pool.fetch("SELECT key, paid FROM orders")
     assert [tuple(r) for r in rows] == [("abc-1", True)]  # one order row, paid once
+
+
+async def test_fastapi_app_mounts_the_dashboard_behind_basic_auth(
+    cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from examples.fastapi_app.app import app
+
+    monkeypatch.setenv("CYCLONE_DATABASE_URL", cyclone_env.dsn)
+    monkeypatch.setenv("DASHBOARD_PASSWORD", "s3cret")
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t") as http,
+    ):
+        order = {"customer": "<b>ada</b>", "cents": 5}
+        made = await http.post("/orders", json=order, headers={"Idempotency-Key": "k-1"})
+        run_id = made.json()["run_id"]
+        anonymous = await http.get("/jobs/")
+        assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"] == "Basic"
+        wrong = await http.get("/jobs/", auth=("admin", "guess"))
+        assert wrong.status_code == 403
+        page = await http.get(f"/jobs/runs/{run_id}", auth=("admin", "s3cret"))
+        assert page.status_code == 200
+        assert "&lt;b&gt;ada&lt;/b&gt;" in page.text and "<b>ada</b>" not in page.text
+        assert f'action="/jobs/runs/{run_id}/cancel"' in page.text  # authorized: actions on
+    assert not [r for r in app.routes if getattr(r, "name", "") == "jobs"]

@@ -10,6 +10,7 @@ import pytest
 
 import cyclone
 from cyclone._queries import DATABASE_ERRORS
+from cyclone._sql import MIGRATIONS
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import fast_worker, recording_queries, waiting_on_a_lock
 
@@ -27,7 +28,7 @@ async def test_concurrent_migrations_apply_once(cyclone_env: CycloneEnv) -> None
     finally:
         for pool in pools:
             await pool.close()
-    assert sorted(applied) == [[], [], [], [], [1, 2, 3, 4]]
+    assert sorted(applied) == [[], [], [], [], [m.version for m in MIGRATIONS]]
     assert await cyclone.Client(cyclone_env.pool, schema="tenant_a").migrate() == []
 
 
@@ -39,7 +40,7 @@ async def test_upgrading_keeps_live_work(cyclone_env: CycloneEnv) -> None:
     assert await client.migrate() == [1, 2]
     runs = await echo.enqueue_many(client, [1, 2, 3])
     client.queries.migrations = latest
-    assert await client.migrate() == [3, 4]
+    assert await client.migrate() == [m.version for m in latest[2:]]
     async with fast_worker(client, steps=[echo]):
         assert [await r.result(timeout=30) for r in runs] == [1, 2, 3]
 
@@ -62,7 +63,7 @@ async def test_upgrading_beside_a_live_workflow_transition(cyclone_env: CycloneE
         await waiting_on_a_lock(cyclone_env)  # the migration waits for the run's lock
         await worker.execute("DELETE FROM live.cyclone_tasks WHERE run_id = $1", run.id)
         await transition.commit()
-        assert await asyncio.wait_for(migrating, 30) == [3, 4]
+        assert await asyncio.wait_for(migrating, 30) == [m.version for m in latest[2:]]
     finally:
         await worker.close()
 

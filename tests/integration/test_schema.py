@@ -24,6 +24,7 @@ INDEXES = {
     "idx_runs_finished",
     "cyclone_steps_pkey",
     "idx_steps_wait_until",
+    "idx_steps_finished",
     "cyclone_edges_pkey",
     "idx_edges_child",
     "cyclone_tasks_pkey",

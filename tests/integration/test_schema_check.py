@@ -77,8 +77,9 @@ async def test_a_partly_migrated_schema(cyclone_env: CycloneEnv) -> None:
     client.queries.migrations = latest
     with pytest.raises(cyclone.SchemaNotMigratedError) as caught:
         await client.check_schema()
+    missing = ", ".join(str(m.version) for m in latest[2:])
     assert str(caught.value) == (
-        "schema 'older' lacks Cyclone migrations 3: run `cyclone migrate` "
+        f"schema 'older' lacks Cyclone migrations {missing}: run `cyclone migrate` "
         "(or `await client.migrate()`)"
     )
     await client.migrate()

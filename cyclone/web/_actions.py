@@ -1,0 +1,181 @@
+"""The actions: retry_all, retry(node), cancel, signal, and bulk retry/cancel.
+
+Each goes through the same client call as the API (``run.retry_all()``, ``run.retry(node)``,
+``run.cancel()``, ``client.signal(...)``), so a click can do nothing the API would refuse:
+the API's error is what the page shows. The app checks access and the CSRF token before any
+of these runs. A bulk action names its runs (at most ``BULK_MAX``): the confirmation page
+resolves a filter to ids and states their count, and the action touches exactly those.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from cyclone._client import Client
+from cyclone._errors import CycloneError, InvalidInputError, PayloadTooLargeError
+from cyclone._run import Run
+from cyclone.web import _filters
+from cyclone.web._filters import BadRequest
+from cyclone.web._pages import Pages
+from cyclone.web._render import Renderer
+from cyclone.web._security import read_form
+
+BULK_MAX = 1_000
+ACTIONS = {"retry": "Retry", "cancel": "Cancel"}
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a bulk action did, run by run."""
+
+    action: str
+    done: list[uuid.UUID] = field(default_factory=list)
+    unchanged: list[uuid.UUID] = field(default_factory=list)
+    refused: list[tuple[uuid.UUID, str]] = field(default_factory=list)
+
+
+def _one(form: dict[str, list[str]], name: str) -> str:
+    values = form.get(name, [])
+    return values[0] if values else ""
+
+
+def _action(value: str) -> str:
+    if value not in ACTIONS:
+        raise BadRequest(f"unknown bulk action {value[:32]!r}: use retry or cancel")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Actions:
+    """The action endpoints of one dashboard."""
+
+    client: Client
+    render: Renderer
+    pages: Pages
+
+    async def _after(
+        self, request: Request, message: str, *, error: bool, status: int = 409
+    ) -> Response:
+        """The run page (or, for htmx, its live part) with the action's outcome on top:
+        ``status`` when the action was refused, else 200."""
+        flash = {"text": message, "error": error}
+        context = await self.pages.run_context(request, flash=flash)
+        template = "_run_live.html" if request.headers.get("hx-request") else "run.html"
+        return self.render.page(request, template, status if error else 200, **context)
+
+    async def retry(self, request: Request) -> Response:
+        """``run.retry_all()``, or ``run.retry(node)`` when the form names a node."""
+        run = Run(self.client, _filters.path_run_id(request))
+        node = _one(await read_form(request), "node").strip()
+        try:
+            if node:
+                await run.retry(node)
+            else:
+                await run.retry_all()
+        except CycloneError as exc:
+            return await self._after(request, f"Not retried: {exc}", error=True)
+        done = f"Node {node!r} reset" if node else "Failed nodes reset"
+        return await self._after(request, f"{done}: the run is open again.", error=False)
+
+    async def cancel(self, request: Request) -> Response:
+        """``run.cancel()``."""
+        run = Run(self.client, _filters.path_run_id(request))
+        try:
+            cancelled = await run.cancel()
+        except CycloneError as exc:
+            return await self._after(request, f"Not cancelled: {exc}", error=True)
+        if not cancelled:
+            return await self._after(
+                request,
+                "Not cancelled: the run had already completed or been cancelled.",
+                error=True,
+            )
+        return await self._after(request, "Run cancelled.", error=False)
+
+    async def signal(self, request: Request) -> Response:
+        """``client.signal(run_id, node, payload)`` with the form's JSON payload."""
+        run_id = _filters.path_run_id(request)
+        form = await read_form(request)
+        node = _one(form, "node").strip()
+        if not node:
+            return await self._after(
+                request, "Not signalled: name the wait node.", error=True, status=400
+            )
+        text = _one(form, "payload").strip() or "null"
+        try:
+            payload: Any = json.loads(text)
+        except json.JSONDecodeError as exc:
+            message = f'Not signalled: the payload is not JSON ({exc}); write e.g. {{"ok": true}}'
+            return await self._after(request, message, error=True, status=400)
+        try:
+            await self.client.signal(run_id, node, payload)
+        except (InvalidInputError, PayloadTooLargeError) as exc:
+            return await self._after(request, f"Not signalled: {exc}", error=True, status=400)
+        except CycloneError as exc:
+            return await self._after(request, f"Not signalled: {exc}", error=True)
+        return await self._after(request, f"Signalled {node!r}.", error=False)
+
+    async def bulk_confirm(self, request: Request) -> Response:
+        """State what a bulk action would touch: the selected runs, or the runs matching a
+        filter (at most ``BULK_MAX``, newest first); the form carries their ids."""
+        params = request.query_params
+        action = _action(params.get("action", ""))
+        scope = params.get("scope", "")
+        more = False
+        filters = None
+        if scope == "selected":
+            selected = params.getlist("id")
+            if not selected:
+                raise BadRequest("no runs selected: tick the runs to act on, then choose")
+            if len(selected) > BULK_MAX:
+                raise BadRequest(f"select at most {BULK_MAX} runs for one bulk action")
+            ids = list(dict.fromkeys(_filters.run_id(i) for i in selected))
+        elif scope == "filter":
+            filters = _filters.parse(params)
+            # The whole history, not the page's bounded walk: this runs once per click.
+            query = replace(filters.page(limit=BULK_MAX, cursor=None), scan=None)
+            page = await self.client.list_runs(query)
+            ids = [r.id for r in page.runs]
+            more = page.next_cursor is not None
+        else:
+            raise BadRequest("say which runs: scope=selected (with ids) or scope=filter")
+        return self.render.page(
+            request,
+            "bulk_confirm.html",
+            action=action,
+            verb=ACTIONS[action],
+            ids=ids,
+            more=more,
+            filters=filters,
+            bulk_max=BULK_MAX,
+        )
+
+    async def bulk(self, request: Request) -> Response:
+        """Retry (``retry_all``) or cancel each named run; report what each did."""
+        form = await read_form(request)
+        action = _action(_one(form, "action"))
+        raw = form.get("id", [])
+        if not raw:
+            raise BadRequest("no runs named: choose runs on the runs page first")
+        if len(raw) > BULK_MAX:
+            raise BadRequest(f"a bulk action takes at most {BULK_MAX} runs")
+        outcome = Outcome(action=action)
+        for run_id in dict.fromkeys(_filters.run_id(i) for i in raw):
+            run = Run(self.client, run_id)
+            try:
+                if action == "retry":
+                    await run.retry_all()
+                    outcome.done.append(run_id)
+                elif await run.cancel():
+                    outcome.done.append(run_id)
+                else:
+                    outcome.unchanged.append(run_id)
+            except CycloneError as exc:
+                outcome.refused.append((run_id, str(exc)))
+        return self.render.page(request, "bulk_done.html", outcome=outcome, verb=ACTIONS[action])

@@ -1,0 +1,128 @@
+"""The pages: overview, runs, one run; each with a ``live`` fragment that htmx refreshes.
+
+Pages only read, through the client's public read models; every query is bounded (a page of
+runs, a capped walk, one run, an hour of minutes).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from cyclone._client import Client
+from cyclone._errors import RunNotFoundError
+from cyclone._run import Run, RunInfo, RunPayloads
+from cyclone.web import _filters, _svg
+from cyclone.web._render import Renderer
+
+THROUGHPUT_MINUTES = 60
+PAGE_SIZE = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Pages:
+    """The read-only endpoints of one dashboard."""
+
+    client: Client
+    render: Renderer
+    page_size: int = PAGE_SIZE
+
+    # Overview
+
+    async def overview(self, request: Request) -> Response:
+        """Per queue: live counts, the oldest wait, completions and failures per minute."""
+        return self.render.page(request, "overview.html", **await self._overview())
+
+    async def overview_live(self, request: Request) -> Response:
+        """The overview's refreshed part."""
+        return self.render.page(request, "_overview_live.html", **await self._overview())
+
+    async def _overview(self) -> dict[str, Any]:
+        stats = await self.client.stats()
+        points = await self.client.throughput(minutes=THROUGHPUT_MINUTES)
+        now = dt.datetime.now(dt.UTC)
+        charts = {c.queue: c for c in _svg.charts(points, minutes=THROUGHPUT_MINUTES, now=now)}
+        queues = sorted({s.queue for s in stats} | set(charts))
+        return {
+            "stats": {s.queue: s for s in stats},
+            "charts": charts,
+            "queues": queues,
+            "minutes": THROUGHPUT_MINUTES,
+            "now": now,
+            # HOOK(worker presence): QueueStats/stats() gain the live workers with the worker
+            # registry; until then the overview says where that comes from.
+            "workers": None,
+        }
+
+    # Runs
+
+    async def runs(self, request: Request) -> Response:
+        """Runs matching the filters, newest first; a run id in ``q`` opens that run."""
+        search = request.query_params.get("q", "").strip()
+        if search:
+            run_id = _filters.run_id(search)
+            await self.client.get_run(run_id)  # 404 when there is no such run
+            return RedirectResponse(f"{request.scope.get('root_path') or ''}/runs/{run_id}", 303)
+        return self.render.page(request, "runs.html", **await self._runs(request))
+
+    async def runs_live(self, request: Request) -> Response:
+        """The runs table, refreshed."""
+        return self.render.page(request, "_runs_live.html", **await self._runs(request))
+
+    async def _runs(self, request: Request) -> dict[str, Any]:
+        filters = _filters.parse(request.query_params)
+        cursor = _filters.cursor(request.query_params)
+        page = await self.client.list_runs(filters.page(limit=self.page_size, cursor=cursor))
+        return {
+            "filters": filters,
+            "page": page,
+            "cursor": cursor,
+            "scan": _filters.SCAN,
+            "states": ["pending", "running", "completed", "failed", "cancelled"],
+        }
+
+    # One run
+
+    async def run(self, request: Request) -> Response:
+        """One run: state, payloads, nodes with their errors, the DAG, actions."""
+        return self.render.page(request, "run.html", **await self.run_context(request))
+
+    async def run_live(self, request: Request) -> Response:
+        """The run page's refreshed part."""
+        return self.render.page(request, "_run_live.html", **await self.run_context(request))
+
+    async def run_context(self, request: Request, **extra: Any) -> dict[str, Any]:
+        """What the run templates show (``extra``: a flash message after an action)."""
+        run_id = _filters.path_run_id(request)
+        return {**await run_view(self.client, run_id), "flash": None, **extra}
+
+
+async def run_view(client: Client, run_id: uuid.UUID) -> dict[str, Any]:
+    """A run's info, payloads and drawing; :class:`RunNotFoundError` when it is gone."""
+    run = Run(client, run_id)
+    info: RunInfo = await run.info()
+    try:
+        payloads: RunPayloads | None = await run.payloads()
+    except RunNotFoundError:  # purged between the two reads
+        payloads = None
+    failed = [n.name for n in info.nodes if n.state == "failed"]
+    waits = [
+        n.name
+        for n in info.nodes
+        if n.kind is None
+        and payloads is not None
+        and n.name in payloads.nodes
+        and not payloads.nodes[n.name].signalled
+    ]
+    return {
+        "info": info,
+        "payloads": payloads,
+        "dag": _svg.dag(info.nodes, info.edges),
+        "failed_nodes": failed,
+        "wait_nodes": waits,
+    }

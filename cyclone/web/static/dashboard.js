@@ -1,0 +1,35 @@
+/* Cyclone dashboard: refresh the page's live part when the server says something changed
+ * (server-sent events from LISTEN/NOTIFY), and on a timer as the fallback (shorter while
+ * the event stream is down). No refresh while runs are selected for a bulk action. */
+(function () {
+  "use strict";
+  var body = document.body;
+  var status = document.getElementById("live-status");
+  var timer = null;
+
+  function refresh() {
+    if (document.querySelector("input[name=id]:checked")) return;
+    htmx.trigger(body, "cyclone-refresh");
+  }
+
+  function every(ms, label, cls) {
+    if (timer) clearInterval(timer);
+    timer = setInterval(refresh, ms);
+    if (status) { status.textContent = label; status.className = "live " + cls; }
+  }
+
+  document.addEventListener("change", function (event) {
+    if (event.target && event.target.id === "select-all") {
+      document.querySelectorAll("input[name=id]").forEach(function (box) {
+        box.checked = event.target.checked;
+      });
+    }
+  });
+
+  if (!window.EventSource) { every(3000, "polling", "off"); return; }
+  every(3000, "connecting", "off");
+  var source = new EventSource(body.dataset.events);
+  source.addEventListener("change", refresh);
+  source.onopen = function () { every(10000, "live", "on"); };
+  source.onerror = function () { every(3000, "polling", "off"); };
+})();

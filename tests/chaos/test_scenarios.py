@@ -1,0 +1,254 @@
+"""Fault injection with an exact ledger: nothing lost, no effect duplicated, recovery timed.
+
+Each scenario runs two worker processes and a producer process against a PostgreSQL cluster of
+its own, injects one fault, and asserts hard that every ledger run completed with exactly one
+effect per node and that the workers it did not kill recovered by themselves. The recovery
+target (throughput at 90 % of its pre-fault rate, and every run enqueued before the fault's end
+completed, within 5 s of the fault's end) is asserted too; the scenarios where today's code
+misses it are expected failures naming the finding of issue 13 that causes it, raising
+:class:`RecoveryMissed` only, so any other failure still fails the run.
+
+Durations come from ``CHAOS_*`` environment variables (seconds): ``PRE``, ``FAULT``, ``POST``,
+``XMIN`` (a minute in the documented long run), ``RATE`` (runs per second), ``LEASE`` (the
+workers' lease, the default 30 s) and ``KILL_LEASE`` (the lease in the scenarios that SIGKILL
+workers, whose lost attempts come back only when it expires).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+import cyclone
+from tests.chaos.app import Job, enqueue_ledgered
+from tests.chaos.cluster import Cluster
+from tests.chaos.harness import RECOVERY_TARGET, Figures, Scene, setting
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(420)]
+
+PRE = setting("pre", 2.0)
+FAULT = setting("fault", 3.0)
+POST = setting("post", 5.0)
+XMIN = setting("xmin", 5.0)
+RATE = setting("rate", 100.0)
+LEASE = setting("lease", 30.0)
+KILL_LEASE = setting("kill_lease", 5.0)
+
+
+class RecoveryMissed(Exception):
+    """The scenario kept every guarantee but recovered more slowly than the target."""
+
+
+async def run(
+    scene: Scene,
+    record: Callable[[Figures], None],
+    fault: Callable[[Scene], Awaitable[None]],
+    *,
+    lease: float = LEASE,
+    flows: bool = False,
+    catchup_bound: float = RECOVERY_TARGET,
+) -> Figures:
+    """Start two workers and the producer, measure, inject ``fault``, drain and check."""
+    for _ in range(2):
+        await scene.start_worker(lease)
+    await scene.start_producer(RATE, flows=flows)
+    scene.pre_window = PRE
+    await asyncio.sleep(1.0 + PRE)  # a second of warm-up, then the pre-fault window
+    scene.begin_fault()
+    await fault(scene)
+    scene.end_fault()
+    await scene.finish(POST)
+    idle = await scene.idle_survivors()
+    exits = await scene.stop_workers()
+    figures = await scene.figures()
+    record(figures)
+    for line in figures.error_lines:
+        print(f"ERROR line: {line}")
+    assert (figures.lost, figures.duplicated) == (0, 0), figures
+    assert exits == [0] * len(exits), "a worker did not stop cleanly"
+    assert not idle, f"workers {idle} ran on but did no work after the fault"
+    assert figures.jobs > RATE * PRE, "the producer did not keep its rate"
+    if figures.recovery_s > RECOVERY_TARGET or figures.catchup_s > catchup_bound:
+        raise RecoveryMissed(
+            f"recovery {figures.recovery_s:.1f} s, catch-up {figures.catchup_s:.1f} s"
+        )
+    return figures
+
+
+async def replace_a_worker(scene: Scene, lease: float) -> None:
+    """SIGKILL the live worker running the most attempts now, and start a new one."""
+    async with asyncpg.create_pool(scene.dsn, min_size=1, max_size=1) as pool:
+        running = dict(
+            await pool.fetch(
+                "SELECT split_part(worker, ':', 2)::int, count(*) FROM cyclone_tasks"
+                " WHERE state = 'running' GROUP BY 1"
+            )
+        )
+    live = [w for w in scene.workers if not w.killed]
+    victim = max(live, key=lambda w: running.get(w.process.pid, 0))
+    await scene.kill(victim)
+    await scene.start_worker(lease)
+
+
+async def terminate_backends(admin: asyncpg.Connection) -> None:
+    await admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = 'chaos' AND pid <> pg_backend_pid()"
+    )
+
+
+# A killed worker's attempts come back only when their lease expires: the catch-up of every
+# run enqueued before the fault is bounded by that lease (plus a maintenance pass), not by 5 s.
+KILL_CATCHUP = KILL_LEASE + 10.0
+
+# Today's code misses the recovery target here (throughput comes back at once, but attempts in
+# flight at the fault wait out the 30 s lease): the rollback of a completion transaction whose
+# connection died raises InterfaceError before the outcome is written (issue 13, finding 1), and
+# retry writes are not retried on connection loss (finding 3). Not strict: whether an attempt
+# is in flight at the fault is chance, so a run can meet the target; the fix removes the mark.
+LEASE_BOUND = pytest.mark.xfail(
+    strict=False,
+    raises=RecoveryMissed,
+    reason="issue 13 findings 1 and 3: attempts in flight at the fault wait for their lease",
+)
+
+
+async def test_worker_sigkill(scene: Scene, record_figures: Any) -> None:
+    async def fault(scene: Scene) -> None:
+        await replace_a_worker(scene, KILL_LEASE)
+
+    await run(scene, record_figures, fault, lease=KILL_LEASE, catchup_bound=KILL_CATCHUP)
+
+
+async def test_repeated_kills(scene: Scene, record_figures: Any) -> None:
+    async def fault(scene: Scene) -> None:
+        for _ in range(3):
+            await replace_a_worker(scene, KILL_LEASE)
+            await asyncio.sleep(FAULT / 3)
+
+    await run(scene, record_figures, fault, lease=KILL_LEASE, catchup_bound=KILL_CATCHUP)
+
+
+async def test_dag_sigkill(scene: Scene, record_figures: Any) -> None:
+    async def fault(scene: Scene) -> None:
+        await replace_a_worker(scene, KILL_LEASE)
+
+    await run(
+        scene, record_figures, fault, lease=KILL_LEASE, flows=True, catchup_bound=KILL_CATCHUP
+    )
+
+
+@LEASE_BOUND
+async def test_postgres_immediate_restart(
+    scene: Scene, record_figures: Any, chaos_cluster: Cluster
+) -> None:
+    async def fault(scene: Scene) -> None:
+        await asyncio.to_thread(chaos_cluster.stop, "immediate")
+        await asyncio.sleep(FAULT)
+        await asyncio.to_thread(chaos_cluster.start)
+
+    await run(scene, record_figures, fault)
+
+
+@LEASE_BOUND
+async def test_backend_termination_storm(
+    scene: Scene, record_figures: Any, chaos_cluster: Cluster
+) -> None:
+    async def fault(scene: Scene) -> None:
+        admin = await asyncpg.connect(chaos_cluster.dsn)
+        try:
+            deadline = time.monotonic() + FAULT
+            while time.monotonic() < deadline:
+                await terminate_backends(admin)
+                await asyncio.sleep(0.5)
+        finally:
+            await admin.close()
+
+    await run(scene, record_figures, fault)
+
+
+@LEASE_BOUND
+async def test_connection_exhaustion(
+    scene: Scene, record_figures: Any, chaos_cluster: Cluster
+) -> None:
+    async def fault(scene: Scene) -> None:
+        # Drop everyone's connections, then take every free slot but three before they return.
+        admin = await asyncpg.connect(chaos_cluster.dsn)
+        hog: list[asyncpg.Connection] = [admin]
+        try:
+            await terminate_backends(admin)
+            while True:
+                try:
+                    hog.append(await asyncpg.connect(chaos_cluster.dsn))
+                except asyncpg.TooManyConnectionsError:
+                    break
+            for conn in hog[-3:]:
+                await conn.close()
+            await asyncio.sleep(FAULT)
+        finally:
+            for conn in hog:
+                if not conn.is_closed():
+                    await conn.close()
+
+    await run(scene, record_figures, fault)
+
+
+async def test_held_xmin(scene: Scene, record_figures: Any) -> None:
+    async def fault(scene: Scene) -> None:
+        conn = await asyncpg.connect(scene.dsn)
+        try:
+            async with conn.transaction(isolation="repeatable_read"):
+                await conn.fetchval("SELECT count(*) FROM cyclone_runs")  # takes the snapshot
+                await asyncio.sleep(XMIN)
+        finally:
+            await conn.close()
+
+    await run(scene, record_figures, fault)
+
+
+async def test_handler_blocks_the_event_loop(scene: Scene, record_figures: Any) -> None:
+    lease = 2.0  # blocking past the default lease would take 30 s; the mechanism is the same
+
+    async def fault(scene: Scene) -> None:
+        async with asyncpg.create_pool(scene.dsn, min_size=1, max_size=1) as pool:
+            client = cyclone.Client(pool, notify=False)
+            await enqueue_ledgered(client, Job(-1, block=2 * lease), flows=False)
+        await asyncio.sleep(2 * lease + 1)  # the worker that claimed it is blocked meanwhile
+
+    await run(scene, record_figures, fault, lease=lease, catchup_bound=lease + 10.0)
+
+
+@LEASE_BOUND
+async def test_failover_to_synchronous_standby(
+    scene: Scene, record_figures: Any, chaos_cluster: Cluster
+) -> None:
+    primary = chaos_cluster
+    replica = await asyncio.to_thread(primary.standby, "standby1")
+    await asyncio.to_thread(replica.start)
+    admin = await asyncpg.connect(primary.dsn)
+    try:
+        await admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'standby1'")
+        await admin.execute("SELECT pg_reload_conf()")
+        async with asyncio.timeout(60):
+            while not await admin.fetchval(  # noqa: ASYNC110 - the standby's progress
+                "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
+            ):
+                await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+    # Producer, workers and the suite's own checks all reconnect through both hosts.
+    scene.dsn = (
+        f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{replica.port}/chaos"
+        "?target_session_attrs=read-write"
+    )
+
+    async def fault(scene: Scene) -> None:
+        await asyncio.to_thread(primary.stop, "immediate")
+        await asyncio.to_thread(replica.promote)
+
+    await run(scene, record_figures, fault)

@@ -1,0 +1,54 @@
+"""Steps and workflows the dashboard's tests run: a pipeline whose middle node fails while
+``FAILING`` is set (with a hostile error message), a wait, a step that runs until cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import cyclone
+
+HOSTILE = '<script>document.title="pwned"</script><b>bold</b>'
+"""Text that would run or render as markup if the dashboard did not escape it."""
+FAILING = {"charge": True}
+
+
+@cyclone.step("web.fetch", queue="web")
+async def fetch(ctx: cyclone.Context, order: dict[str, Any]) -> dict[str, Any]:
+    return {"fetched": order.get("id")}
+
+
+@cyclone.step("web.charge", queue="payments", max_attempts=1)
+async def charge(ctx: cyclone.Context, order: dict[str, Any]) -> str:
+    if FAILING["charge"]:
+        raise ValueError(f"card declined {HOSTILE}")
+    return "charged"
+
+
+@cyclone.step("web.ship", queue="web")
+async def ship(ctx: cyclone.Context, order: dict[str, Any]) -> str:
+    return "shipped"
+
+
+@cyclone.step("web.echo", queue="web")
+async def echo(ctx: cyclone.Context, value: Any) -> Any:
+    return value
+
+
+@cyclone.step("web.forever", queue="slow")
+async def forever(ctx: cyclone.Context, value: Any) -> None:
+    await asyncio.Event().wait()  # until the run is cancelled
+
+
+pipeline = cyclone.define_result("web.pipeline", dict[str, Any], str)
+n_fetch = pipeline.node(fetch)
+n_charge = pipeline.node(charge, after=[n_fetch])
+n_ship = pipeline.node(ship, after=[n_charge])
+pipeline.set_result(n_ship)
+
+approval = cyclone.define("web.approval", dict[str, Any])
+n_wait = approval.wait("approve")
+approval.node(ship, name="after", after=[n_wait])
+
+STEPS = [fetch, charge, ship, echo, forever]
+WORKFLOWS = [pipeline, approval]
