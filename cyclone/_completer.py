@@ -2,8 +2,8 @@
 
 Outcomes wait in a buffer and are written in batches, a few statements per batch however many
 outcomes it holds: workflow node completions in one transaction, job completions in one
-statement, tasks put back in their queue in one statement, failures one transaction each
-(they are rare, and each fails its run). Every write is fenced by the attempt's (task, claims):
+statement, tasks put back in their queue in one statement, failures one at a time (they are
+rare, and each fails its run). Every write is fenced by the attempt's (task, claims):
 an outcome of an attempt whose task was reclaimed or cancelled matches no row and is
 rejected. A write that loses its connection is tried again, with backoff, until the database
 answers; if an earlier try may have committed, the record says whether it did. Each outcome
@@ -177,8 +177,9 @@ class Completer:
             await self._persist(jobs, self._complete_jobs, self._confirm_completed, tx=False)
         if released:
             await self._persist(released, self._release, self._confirm_released, tx=False)
-        for item in failed:  # one transaction each: a node's failure locks and fails its run
-            await self._persist([item], self._fail, self._confirm_failed, tx=True)
+        for item in failed:  # one at a time: a node's failure locks and fails its run
+            node = item.outcome.claimed.node is not None  # a job's is one statement
+            await self._persist([item], self._fail, self._confirm_failed, tx=node)
 
     async def _persist(
         self, group: list[_Pending], write: Write, confirm: Confirm, *, tx: bool

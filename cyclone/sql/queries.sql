@@ -394,7 +394,7 @@ RETURNING s.run_id, s.node;
 -- (task_reclaim records a LeaseExpired error for it). Each task by key, in a scalar subquery.
 SELECT a.id, a.claims
 FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::int[]) AS a (run_id, id, claims, attempt)
-WHERE (SELECT (t.claims > a.claims OR t.state = 'available')
+WHERE (SELECT (t.claims > a.claims OR (t.claims = a.claims AND t.state = 'available'))
               AND NOT t.errors @> jsonb_build_array(jsonb_build_object(
                   'attempt', a.attempt, 'type', 'LeaseExpired'))
        FROM __schema__.cyclone_tasks t WHERE t.run_id = a.run_id AND t.id = a.id);
