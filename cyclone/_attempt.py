@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from cyclone._context import CompletionTx
 
 _TRACEBACK_LIMIT = 8000
+_MESSAGE_LIMIT = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +121,10 @@ def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = Non
         {
             "attempt": claimed.attempt,
             "type": error_type(exc, kind),
-            # jsonb cannot store NUL; an error that could not be stored would be lost.
-            "message": error_message(exc).replace("\x00", "\ufffd"),
-            "traceback": tb[-_TRACEBACK_LIMIT:].replace("\x00", "\ufffd"),
+            # jsonb cannot store NUL or lone surrogates; an error that could not be stored
+            # would be lost, and one of any size would bloat every read of the run.
+            "message": _codec.storable_text(error_message(exc), _MESSAGE_LIMIT),
+            "traceback": _codec.storable_text(tb, _TRACEBACK_LIMIT),
             "at": dt.datetime.now(dt.UTC).isoformat(),
         }
     )

@@ -14,17 +14,20 @@ from typing import Any, TypeVar, overload
 
 import asyncpg
 
-from cyclone import _codec, _schema, _transitions
+from cyclone import _codec, _pooler, _schema, _transitions
 from cyclone import _queries as db
 from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._errors import (
     InvalidInputError,
     InvalidStateError,
     NoOutputError,
+    ReadOnlyServerError,
     RunCancelledError,
     RunFailedError,
     RunNotFoundError,
 )
+from cyclone._flow import Queues, flow_fields
+from cyclone._keys import validate_key, validate_name
 from cyclone._notifier import Notifier, queue_payload
 from cyclone._observe import Observer, Observers
 from cyclone._options import seconds, validate_int
@@ -41,7 +44,9 @@ from cyclone._run import (
     RunState,
     Throughput,
     UnservedWork,
+    WorkerInfo,
 )
+from cyclone._scheduler import Schedules
 from cyclone._sql import Queries
 from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
 
@@ -99,7 +104,9 @@ class Client:
     affect ``publish_wakeups``. ``notify_coalesce`` (seconds) gathers wakeups published within
     that window into one NOTIFY per queue. ``payload_limit`` and ``output_limit`` cap encoded
     inputs and outputs in bytes. ``retention`` (a :class:`Retention`) makes every worker of this
-    client delete terminal runs once they are old enough.
+    client delete terminal runs once they are old enough. ``listen_dsn`` is where the LISTEN
+    connection goes (default: the pool's own connect arguments): a DSN straight to PostgreSQL
+    when the pool goes through PgBouncer in transaction mode, which cannot keep a LISTEN.
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class Client:
         retention: Retention | None = None,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         output_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        listen_dsn: str | None = None,
     ) -> None:
         if not isinstance(pool, asyncpg.Pool):
             raise InvalidInputError(f"Client needs an asyncpg.Pool, got {type(pool).__name__}")
@@ -126,11 +134,17 @@ class Client:
         self.retention = retention
         self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
         self.output_limit = validate_int(output_limit, what="output_limit", low=1)
-        self._notifier = Notifier(pool, self.channel)
+        if listen_dsn is not None and (not isinstance(listen_dsn, str) or not self.notify):
+            raise InvalidInputError("listen_dsn must be a DSN (str), and needs notify=True")
+        self.listen_dsn = listen_dsn
+        self._notifier = Notifier(pool, self.channel, listen_dsn=listen_dsn)
         self.observers = Observers()
         self._pending: set[str] = set()
         self._flush_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
+        self._releases: set[asyncio.Task[None]] = set()
+        self._spare: asyncpg.pool.PoolConnectionProxy | None = None
+        self._notifying = 0  # inserts in flight that carry their own NOTIFY (see _insert)
 
     def __repr__(self) -> str:
         return f"<cyclone.Client schema={self.schema!r}>"
@@ -160,11 +174,63 @@ class Client:
             await asyncio.shield(self._flush_task)
         while self._pending:
             await self._flush()
+        self._release_spare()
+        if self._releases:
+            await asyncio.wait(self._releases)
 
     def _acquire(self) -> Any:
         if self.pool.is_closing():
             raise InvalidStateError("the client's asyncpg pool is closed")
         return self.pool.acquire()
+
+    @contextlib.asynccontextmanager
+    async def _borrow(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy]:
+        """A pooled connection for Cyclone's own statements, given back without the caller
+        waiting for the pool's reset (a round trip).
+
+        Only for statements that leave no session state behind (no SET, LISTEN, cursor or
+        session lock), so a connection left clean is kept until the event loop's next turn:
+        calls in a row, as a loop of enqueues makes them, share it with no reset between.
+        """
+        conn, self._spare = self._spare, None
+        if conn is not None and conn.is_closed():
+            self._release_soon(conn)  # the pool takes a closed connection back too
+            conn = None
+        if conn is None:
+            conn = await self._acquire()
+        clean = False
+        try:
+            yield conn
+            clean = not conn.is_in_transaction()
+        finally:
+            if clean and self._spare is None:
+                self._spare = conn
+                asyncio.get_running_loop().call_soon(self._release_spare, conn)
+            else:
+                self._release_soon(conn)
+
+    def _release_spare(self, conn: asyncpg.pool.PoolConnectionProxy | None = None) -> None:
+        """Give the kept connection back (only ``conn``, if given: it may be in use again)."""
+        if self._spare is not None and (conn is None or self._spare is conn):
+            conn, self._spare = self._spare, None
+            self._release_soon(conn)
+
+    def _release_soon(self, conn: asyncpg.pool.PoolConnectionProxy) -> None:
+        # A task of its own, so the caller's cancellation cannot stop it (asyncpg's release
+        # is shielded too, and closes a connection it cannot reset).
+        task = asyncio.get_running_loop().create_task(
+            self.pool.release(conn), name="cyclone-release"
+        )
+        self._releases.add(task)
+        task.add_done_callback(self._released)
+
+    def _released(self, task: asyncio.Task[None]) -> None:
+        self._releases.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.warning(
+                "giving a connection back to the pool failed (%s); asyncpg closed it",
+                exc,
+            )
 
     async def migrate(self) -> list[int]:
         """Create or update Cyclone's tables; safe to call from many processes at once.
@@ -176,6 +242,8 @@ class Client:
                 async with self._acquire() as conn, conn.transaction():
                     applied = await db.migrations_apply(conn, self.queries)
                 break
+            except asyncpg.ReadOnlySQLTransactionError as exc:
+                raise ReadOnlyServerError(self.schema) from exc
             except asyncpg.DeadlockDetectedError:
                 # A migration that locks tables can meet running workers locking rows in
                 # another order; PostgreSQL aborts one side, and both sides try again.
@@ -201,9 +269,34 @@ class Client:
 
     async def check_schema(self) -> None:
         """Raise :class:`SchemaNotMigratedError` if the schema lacks migrations this package
-        ships, :class:`SchemaVersionError` if it has some this package does not know."""
+        ships, :class:`SchemaVersionError` if it has some this package does not know, and
+        :class:`UnsupportedPoolerError` if the pool goes through a pooler in transaction mode
+        with asyncpg's statement cache on (docs/operations.md, PgBouncer)."""
         async with self._acquire() as conn:
             await _schema.check(conn, self.queries)
+        await _pooler.check(self.pool, self.queries, listens=False)
+
+    async def _wait_until_ready(self, *, wait_for_schema: bool) -> None:
+        """Wait until the database answers (and, with ``wait_for_schema``, is migrated), then
+        check the pool's route to it: what a worker does before it starts."""
+        if self.pool.is_closing():
+            raise InvalidStateError("the client's asyncpg pool is closed")
+        listens = self.notify and self.listen_dsn is None
+        await _schema.wait_until_ready(
+            self.pool, self.queries, wait_for_schema=wait_for_schema, listens=listens
+        )
+
+    @property
+    def queues(self) -> Queues:
+        """Flow control: pause and resume queues, and set the concurrency and rate limits
+        every worker's claim obeys (docs/flow-control.md)."""
+        return Queues(self)
+
+    @property
+    def schedules(self) -> Schedules:
+        """The schedules stored in this schema: list, pause, resume, trigger now, and create,
+        update or delete dynamic ones (docs/schedules.md)."""
+        return Schedules(self)
 
     # Wakeups
 
@@ -293,7 +386,7 @@ class Client:
             return
         try:
             if conn is None:
-                async with self._acquire() as pooled:
+                async with self._borrow() as pooled:
                     await db.wakeup_notify(pooled, self.queries, self.channel, payloads)
             else:
                 await db.wakeup_notify(conn, self.queries, self.channel, payloads)
@@ -383,25 +476,38 @@ class Client:
         async with self._acquire() as conn:
             rows = await db.stats_queues(conn, self.queries)
             unserved = await db.stats_unserved(conn, self.queries)
+            flow = {r["queue"]: r for r in await db.queue_list(conn, self.queries, None)}
         work: dict[str, list[UnservedWork]] = {}
         for u in unserved:
             work.setdefault(u["queue"], []).append(
                 UnservedWork(kind=u["kind"], workflow=u["workflow"], count=u["count"])
             )
-        return [
+        stats = [
             QueueStats(
                 **dict(r),
                 unserved=sum(w.count for w in work.get(r["queue"], ())),
                 unserved_work=work.get(r["queue"], []),
+                **flow_fields(flow.pop(r["queue"], None)),
             )
             for r in rows
         ]
+        # Paused or limited queues without work or workers show too (flow control).
+        idle = [QueueStats(q, 0, 0, 0, 0, 0, None, 0, **flow_fields(f)) for q, f in flow.items()]
+        return sorted(stats + idle, key=lambda s: s.queue)
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The live workers of this schema, newest first (``cyclone stats`` counts them per
+        queue; the dashboard lists them)."""
+        async with self._acquire() as conn:
+            rows = await db.worker_list(conn, self.queries)
+        return [WorkerInfo(**dict(r)) for r in rows]
 
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output.
 
         A signal for a node not yet reachable is kept and applied when it is reached.
         """
+        validate_name(node, what="node")
         encoded = _codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
         async with self._acquire() as conn, conn.transaction():
             effects = await _transitions.signal(conn, self.queries, run_id, node, encoded)
@@ -619,8 +725,8 @@ def _search_args(query: RunQuery) -> list[Any]:
         except ValueError:
             raise InvalidInputError(f"not a cursor from list_runs: {query.cursor!r}") from None
     return [
-        query.name,
-        query.key,
+        None if query.name is None else validate_name(query.name, what="name"),
+        None if query.key is None else validate_key(query.key),
         query.created_after,
         query.created_before,
         cursor,

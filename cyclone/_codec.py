@@ -2,12 +2,19 @@
 
 Inputs and outputs are stored as ``jsonb``. They travel to PostgreSQL as JSON text cast to
 ``jsonb`` in SQL, so a caller's connection with its own type codecs never changes them.
+
+What JSON or ``jsonb`` cannot carry is refused before anything is written: a NUL character
+(``jsonb`` refuses it), a lone surrogate (not UTF-8), nesting deeper than msgspec's recursion
+limit (about 1000 levels, below PostgreSQL's own), and NaN or infinite floats (msgspec would
+write ``null``, silently changing the value). Integers of any size are kept exactly
+(``jsonb`` stores them as ``numeric``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +28,9 @@ _encoder = msgspec.json.Encoder()
 
 # jsonb cannot store the NUL character; an escaped backslash before "u0000" is not one.
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+# What a Python str can hold and jsonb cannot: NUL, and lone surrogates (not UTF-8).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_CUT = " [...] "
 
 
 @functools.cache
@@ -55,12 +65,31 @@ def encode_many(values: Sequence[object], tp: Any, *, what: str, limit: int) -> 
         data = [encode(value) for value in values]
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidInputError(f"{what} cannot be encoded as JSON: {exc}") from exc
-    for item in data:
+    except RecursionError:
+        raise InvalidInputError(f"{what} is nested too deeply to encode as JSON") from None
+    for value, item in zip(values, data, strict=True):
         if b"\\u0000" in item and _NUL_ESCAPE.search(item):
             raise InvalidInputError(f"{what} contains a NUL character, which jsonb cannot store")
+        if b"null" in item and _has_non_finite(value):  # msgspec writes NaN and inf as null
+            raise InvalidInputError(
+                f"{what} contains a NaN or infinite float, which JSON cannot carry"
+            )
         if len(item) > limit:
             raise PayloadTooLargeError(what, len(item), limit)
     return [item.decode("utf-8") for item in data]
+
+
+def _has_non_finite(value: object) -> bool:
+    stack = [msgspec.to_builtins(value)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 def encode(value: object, tp: Any, *, what: str, limit: int) -> str:
@@ -76,3 +105,14 @@ def decode(text: str | bytes, tp: Any) -> Any:
 def encode_plain(value: object) -> str:
     """Encode an internal value (errors, graphs) to JSON text."""
     return _encoder.encode(value).decode("utf-8")
+
+
+def storable_text(text: str, limit: int) -> str:
+    """``text`` as ``jsonb`` can store it, at most ``limit`` characters: NUL and lone
+    surrogates become U+FFFD, and a longer text keeps its start and its end (a traceback's
+    first frames and its last line), joined by `` [...] ``."""
+    text = _UNSTORABLE.sub("\ufffd", text)
+    if len(text) > limit:
+        head = (limit - len(_CUT)) // 2
+        text = text[:head] + _CUT + text[len(text) - (limit - len(_CUT) - head) :]
+    return text

@@ -15,9 +15,16 @@
     ├── ContextError              a handler context used outside its handler
     ├── InvalidKeyError           (also ValueError) a key breaking the key rules
     ├── InvalidInputError         (also TypeError) a payload or option that cannot be used
+    │   ├── InvalidNameError      (also ValueError) a schema, queue, kind or node name
+    │   ├── InvalidScheduleError  a schedule's cron, time zone, interval, policy or name
+    │   └── InvalidLimitError     (also ValueError) a flow-control limit that cannot hold
+    ├── UnknownQueueError         flow control for a queue nothing uses (a typo?)
+    ├── ScheduleNotFoundError     no schedule of that name is stored
     ├── PayloadTooLargeError      (also ValueError) an input or output over the client limit
     ├── SchemaNotMigratedError    the schema lacks migrations this package ships
-    └── SchemaVersionError        the schema has migrations this package does not know
+    ├── SchemaVersionError        the schema has migrations this package does not know
+    ├── ReadOnlyServerError       migrate() on a server that takes no writes (a standby?)
+    └── UnsupportedPoolerError    a pooler in transaction mode, configured in a way it breaks
 
 Lease loss and run cancellation reach a running handler as ``asyncio.CancelledError``,
 a ``BaseException``, so ``except Exception`` in user code cannot swallow them.
@@ -119,6 +126,10 @@ class InvalidInputError(CycloneError, TypeError):
     """A payload that does not encode, or an option of the wrong type; nothing was written."""
 
 
+class InvalidNameError(InvalidInputError, ValueError):
+    """A schema, queue, kind, workflow or node name that breaks its rules; nothing was written."""
+
+
 class PayloadTooLargeError(CycloneError, ValueError):
     """An encoded input or output is larger than the client's limit."""
 
@@ -158,3 +169,54 @@ class SchemaVersionError(CycloneError):
         )
         self.schema = schema
         self.unknown = unknown
+
+
+class InvalidScheduleError(InvalidInputError):
+    """A schedule's declaration cannot be used (bad cron, time zone, interval, policy, name);
+    nothing was written."""
+
+
+class ScheduleNotFoundError(CycloneError):
+    """No schedule of that name is stored in the schema."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no schedule named {name!r}: `cyclone schedules ls` lists the stored schedules"
+        )
+        self.name = name
+
+
+class ReadOnlyServerError(CycloneError):
+    """``migrate()`` reached a server that takes no writes: a hot standby, or a session with
+    ``default_transaction_read_only`` on. Run migrations against the primary."""
+
+    def __init__(self, schema: str) -> None:
+        super().__init__(
+            f"migrating schema {schema!r}: connected to a read-only server (a standby?): run "
+            "migrations against the primary; with a multi-host DSN add "
+            "target_session_attrs=read-write"
+        )
+        self.schema = schema
+
+
+class UnsupportedPoolerError(CycloneError):
+    """The pool goes through a connection pooler in transaction mode (PgBouncer's
+    ``pool_mode = transaction``) with a setting that cannot work through it: asyncpg's
+    statement cache, or LISTEN. The message names the fix."""
+
+
+class InvalidLimitError(InvalidInputError, ValueError):
+    """A flow-control limit that cannot hold: zero or negative, not an int, or a rate
+    without its period. Nothing was written."""
+
+
+class UnknownQueueError(CycloneError):
+    """Flow control was asked for a queue that has no setting and that no live worker claims
+    from: most likely a typo. Nothing was written."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(
+            f"queue {queue!r} is unknown: no setting or live worker uses it; check "
+            f"the name, or pass create=True to configure it before its first use"
+        )
+        self.queue = queue

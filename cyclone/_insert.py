@@ -8,12 +8,14 @@ Everything is checked before the first statement, so bad input writes nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
 from asyncpg.pgproto.pgproto import UUID as PgUUID
 
 from cyclone import _codec
@@ -29,6 +31,8 @@ from cyclone._wakeups import TrackedConnection, Tx, unwrap
 if TYPE_CHECKING:
     from cyclone._client import Client
     from cyclone._kinds import Kind
+
+logger = logging.getLogger("cyclone")
 
 # The option names a call takes at run time are the keys its TypedDict gives a type checker.
 ENQUEUE_OPTIONS = EnqueueOptions.__optional_keys__
@@ -115,13 +119,15 @@ async def enqueue(
     with client.observers.enqueue_span(f"enqueue {kind.name}", span):
         trace = trace_text(client)
         if tx is None:
-            async with client._acquire() as conn:
+            # The connection's reset on release is not waited for (see _insert_jobs for the
+            # wakeup of an insert that commits on its own).
+            async with client._borrow() as pooled:
                 if opts.sequence is None:  # each statement commits on its own
-                    await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
+                    await _insert_jobs(client, pooled, kind, ids, encoded, opts, queue, trace)
                 else:  # the sequence's lock lasts until the insert commits
-                    async with conn.transaction():
-                        await _insert_jobs(client, conn, kind, ids, encoded, opts, queue, trace)
-            if opts.claimable_now():
+                    async with pooled.transaction():
+                        await _insert_jobs(client, pooled, kind, ids, encoded, opts, queue, trace)
+            if opts.sequence is not None and opts.claimable_now():
                 client._publish([queue_payload(queue)])
         else:
             conn, tracker = require_transaction(tx)
@@ -151,25 +157,59 @@ async def _insert_jobs(
     q = client.queries
     if opts.sequence is not None:
         await db.sequence_lock(conn, q, kind.name, opts.sequence)
-    for _ in range(_UNIQUE_TRIES):
-        inserted = await db.job_insert_many(
-            conn,
-            q,
-            ids=ids,
-            inputs=encoded,
-            kind=kind.name,
-            queue=queue,
-            priority=kind.priority if opts.priority is None else opts.priority,
-            process_at=opts.process_at,
-            max_attempts=kind.max_attempts if opts.max_attempts is None else opts.max_attempts,
-            sequence=opts.sequence,
-            unique=opts.unique,
-            deadline=opts.run_deadline,
-            trace=trace,
-        )
-        if inserted or opts.unique is None:
-            return
-        holder = await db.job_find_unique(conn, q, kind.name, opts.unique)
-        if holder is not None:
-            raise DuplicateError(kind.name, opts.unique, holder)
-    raise RuntimeError(f"unique key {opts.unique!r} of {kind.name!r} kept changing hands")
+    # An insert that commits on its own (Cyclone's autocommit statement, never a transaction,
+    # the caller's or ours) wakes workers itself: its NOTIFY is delivered at its commit. One
+    # at a time: the server serializes notifying commits through their WAL flush, so while
+    # one is in flight the others publish after their commit, merged (client._publish).
+    wake = not conn.is_in_transaction() and opts.claimable_now()
+    inline = wake and client.notify_coalesce <= 0 and not client._notifying
+    notify = (client.channel, queue_payload(queue)) if inline else None
+    max_attempts = kind.max_attempts if opts.max_attempts is None else opts.max_attempts
+    carrying = int(inline)
+    client._notifying += carrying
+    try:
+        for _ in range(_UNIQUE_TRIES):
+            try:
+                inserted = await db.job_insert_many(
+                    conn,
+                    q,
+                    ids=ids,
+                    inputs=encoded,
+                    kind=kind.name,
+                    queue=queue,
+                    priority=kind.priority if opts.priority is None else opts.priority,
+                    process_at=opts.process_at,
+                    max_attempts=max_attempts,
+                    sequence=opts.sequence,
+                    unique=opts.unique,
+                    deadline=opts.run_deadline,
+                    trace=trace,
+                    notify=notify,
+                    group=opts.group,
+                )
+            except asyncpg.ProgramLimitExceededError as exc:
+                if notify is None or "NOTIFY queue" not in str(exc):
+                    raise
+                # The server's notification queue is full (a listener stuck in a long
+                # transaction): the commit failed, taking the insert with it. Insert again
+                # without the NOTIFY; its wakeup is then published after the commit.
+                logger.warning(
+                    "enqueueing %s on queue %s without its NOTIFY (%s); workers "
+                    "find it at their next poll",
+                    kind.name,
+                    queue,
+                    exc,
+                )
+                notify, inline = None, False
+                continue
+            if inserted or opts.unique is None:
+                break
+            holder = await db.job_find_unique(conn, q, kind.name, opts.unique)
+            if holder is not None:
+                raise DuplicateError(kind.name, opts.unique, holder)
+        else:
+            raise RuntimeError(f"unique key {opts.unique!r} of {kind.name!r} kept changing hands")
+    finally:
+        client._notifying -= carrying
+    if wake and not inline:
+        client._publish([queue_payload(queue)])

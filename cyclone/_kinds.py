@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from cyclone._errors import InvalidInputError
+from cyclone._keys import validate_name
 from cyclone._options import EnqueueManyOptions, EnqueueOptions, validate_int, validate_queue
 
 if TYPE_CHECKING:
@@ -49,9 +50,7 @@ class Kind(Generic[In_contra, Out_co]):
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
     ) -> None:
-        if not isinstance(name, str) or not name or len(name) > 200:
-            raise InvalidInputError(f"a kind's name must be a non-empty str, got {name!r}")
-        self.name = name
+        self.name = validate_name(name, what="a kind's name")
         self.input_type = input_type
         self.output_type = type(None) if output_type is None else output_type
         self.queue = validate_queue(queue)

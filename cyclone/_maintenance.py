@@ -95,6 +95,30 @@ async def _expire(
             row["worker"],
             extra={**_fields(row), **log},
         )
+    await _expire_overdue(client, conn, effects, limit=limit, log=log)
+
+
+async def expire_overdue(client: Client, *, worker_id: str, limit: int = 100) -> None:
+    """Fail the runs past their deadline and the wait nodes past their timeout, now: the
+    scheduler's timer calls this when the first of them is due, between maintenance passes."""
+    effects = _transitions.Effects()
+    log = {"worker": worker_id}
+    try:
+        async with client._acquire() as conn:
+            await _expire_overdue(client, conn, effects, limit=limit, log=log)
+    finally:
+        client._publish(effects.payloads())
+
+
+async def _expire_overdue(
+    client: Client,
+    conn: db.Conn,
+    effects: _transitions.Effects,
+    *,
+    limit: int,
+    log: dict[str, str],
+) -> None:
+    q = client.queries
     for row in await db.run_deadline_due(conn, q, limit):
         error = _codec.encode_plain(
             {"type": "DeadlineExceeded", "message": "the run passed its deadline"}

@@ -56,8 +56,16 @@ async def connect_like(pool: asyncpg.Pool) -> asyncpg.Connection:
 class Notifier:
     """Listens on the client's channel and dispatches queue and run notifications."""
 
-    def __init__(self, pool: asyncpg.Pool, channel: str, *, retry_delay: float = 1.0) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        channel: str,
+        *,
+        retry_delay: float = 1.0,
+        listen_dsn: str | None = None,
+    ) -> None:
         self._pool = pool
+        self._listen_dsn = listen_dsn
         self._channel = channel
         self._retry_delay = retry_delay
         self._queue_subscribers: list[Callable[[str], None]] = []
@@ -141,7 +149,10 @@ class Notifier:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await connect_like(self._pool)
+                if self._listen_dsn is None:
+                    conn = await connect_like(self._pool)
+                else:
+                    conn = await asyncpg.connect(self._listen_dsn)
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(self._channel, on_notify)

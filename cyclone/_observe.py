@@ -39,6 +39,10 @@ class Observer:
     def reclaimed(self, count: int) -> None:
         """Maintenance made ``count`` tasks with expired leases available again."""
 
+    def schedule_fired(self, schedule: str, lag: float) -> None:
+        """A worker made the run of one of ``schedule``'s slots, ``lag`` seconds after the
+        slot time (by the database's clock). Triggers are not slots and are not reported."""
+
     def trace_context(self) -> dict[str, str] | None:
         """A carrier for the current trace, stored with runs enqueued now."""
         return None
@@ -80,6 +84,9 @@ class Observers(Observer):
 
     def reclaimed(self, count: int) -> None:
         self._each("reclaimed", count)
+
+    def schedule_fired(self, schedule: str, lag: float) -> None:
+        self._each("schedule_fired", schedule, lag)
 
     def trace_context(self) -> dict[str, str] | None:
         carrier: dict[str, str] = {}

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TypedDict
 
-from cyclone._errors import InvalidInputError
+from cyclone._errors import InvalidInputError, InvalidNameError
 from cyclone._keys import validate_key
 
 _QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -23,13 +23,16 @@ class SubmitOptions(TypedDict, total=False):
     """Options of a workflow submit (``submit``, ``submit_once`` and their ``_tx`` forms).
 
     ``process_at`` is an aware datetime; ``process_in`` a timedelta or seconds; ``priority``
-    an int (higher first); ``run_deadline`` an aware datetime by which the run must end.
+    an int (higher first); ``run_deadline`` an aware datetime by which the run must end;
+    ``group`` a group key (a tenant id, say): the claim takes turns across the group keys
+    of a queue, and a queue's ``key_concurrency`` limits each key (docs/flow-control.md).
     """
 
     process_at: dt.datetime
     process_in: dt.timedelta | float
     priority: int
     run_deadline: dt.datetime
+    group: str
 
 
 class EnqueueManyOptions(SubmitOptions, total=False):
@@ -50,7 +53,7 @@ class EnqueueOptions(EnqueueManyOptions, total=False):
 def validate_queue(queue: object) -> str:
     """Queue names are short words: letters, digits and ``_ . : -``."""
     if not isinstance(queue, str) or not _QUEUE.fullmatch(queue):
-        raise InvalidInputError(
+        raise InvalidNameError(
             f"queue must be 1-128 characters of letters, digits, '_', '.', ':' or '-'; "
             f"got {queue!r}"
         )
@@ -92,6 +95,7 @@ class Options:
     priority: int | None = None
     max_attempts: int | None = None
     run_deadline: dt.datetime | None = None
+    group: str | None = None
 
     def claimable_now(self) -> bool:
         """Whether the work is claimable at commit, which is when a wakeup is worth sending."""
@@ -108,6 +112,7 @@ def parse(
     priority: object = None,
     max_attempts: object = None,
     run_deadline: object = None,
+    group: object = None,
 ) -> Options:
     """Check every option and return them normalised; raise before anything is written."""
     if process_at is not None and process_in is not None:
@@ -127,4 +132,5 @@ def parse(
             None if max_attempts is None else validate_int(max_attempts, what="max_attempts", low=1)
         ),
         run_deadline=None if run_deadline is None else _aware(run_deadline, what="run_deadline"),
+        group=None if group is None else validate_key(group, what="group key"),
     )

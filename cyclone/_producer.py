@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from cyclone import _queries as db
 from cyclone._attempt import Claimed, Completed, ConnectionLost, Lost, Outcome
-from cyclone._completer import Completer, pooled
+from cyclone._completer import Completer
 from cyclone._executor import Executor
 from cyclone._leases import LeaseKeeper
 
@@ -76,6 +76,11 @@ class Producer:
         self._claims: set[asyncio.Task[None]] = set()  # in flight
         self._last_claim_full = False
         self._held_back = False  # the completer's buffer had no room at the last look
+        # Flow control: the last claim was held back by a limit, and may try again in
+        # retry_in seconds (0: at once; None: when a task ends). See ClaimedRows in _queries.py.
+        self._held = False
+        self._retry_in: float | None = None
+        self._missed = False  # a wakeup came while a claim was in flight
 
     def wake(self) -> None:
         """Claim now (a NOTIFY for this queue, a reconnected listener, a drain)."""
@@ -106,8 +111,9 @@ class Producer:
             # Cleared before claiming: a wakeup that arrives during the claim is kept.
             self._wake.clear()
             # A first claim on every wakeup; more at once only while claims come back full.
+            started = False
             while len(self._claims) < CLAIMS_AT_ONCE and (
-                not self._claims or self._last_claim_full
+                not self._claims or self._last_claim_full or self._claim_again()
             ):
                 room = self._room()
                 if room <= 0:
@@ -115,7 +121,13 @@ class Producer:
                 self._reserved += room
                 task = loop.create_task(self._claim(room), name=f"cyclone-claim-{self.name}")
                 self._claims.add(task)
+                started = True
+            # Woken while a claim was in flight that may have begun before the work it was
+            # woken for committed: claim again once that claim is back.
+            self._missed = self._missed or (not started and bool(self._claims))
             timeout = self._poll_interval * random.uniform(0.8, 1.0)
+            if self._held and self._retry_in:  # flow control: the next token is due then
+                timeout = min(timeout, self._retry_in)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
                     await self._wake.wait()
@@ -128,6 +140,7 @@ class Producer:
             await self._claim_and_start(limit)
         except db.DATABASE_ERRORS as exc:
             self._last_claim_full = False  # back off to the poll while it is down
+            self._held = False
             logger.warning(
                 "worker %s: claiming from queue %r failed: %s; trying again at the next poll",
                 self._worker_id,
@@ -138,12 +151,13 @@ class Producer:
         finally:
             self._reserved -= limit
             self._claims.discard(asyncio.current_task())
-            if self._last_claim_full:
+            if self._last_claim_full or self._claim_again() or self._missed:
+                self._missed = False
                 self._wake.set()  # more is probably waiting: claim again
 
     async def _claim_and_start(self, limit: int) -> None:
         started = time.perf_counter()
-        async with pooled(self._client.pool) as conn:
+        async with self._client._borrow() as conn:  # its reset is not waited for
             rows = await db.task_claim(
                 conn,
                 self._client.queries,
@@ -176,6 +190,11 @@ class Producer:
                 self._leases.hold(claimed, task)
         self._client.observers.claimed(self.name, len(rows), time.perf_counter() - started)
         self._last_claim_full = len(rows) == limit
+        self._held, self._retry_in = rows.held, rows.retry_in  # flow control
+
+    def _claim_again(self) -> bool:
+        """Flow control: the last claim was held back by a count already out of date."""
+        return self._held and self._retry_in == 0
 
     async def _attempt(self, claimed: Claimed) -> None:
         """One attempt: run it in a slot, hand its outcome to the completer, report it."""
@@ -220,8 +239,8 @@ class Producer:
 
     def _freed(self) -> None:
         self._running -= 1
-        if self._last_claim_full or self._stopping:
-            self._wake.set()
+        if self._last_claim_full or self._held or self._stopping:
+            self._wake.set()  # held by a limit: a slot this worker held is free now
 
 
 class _Slot:

@@ -42,6 +42,15 @@ RETRYABLE_ERRORS = (
 )
 
 
+class ClaimedRows(list[Record]):
+    """The tasks a claim took, and whether a limit held it back (``held``). If so,
+    ``retry_in`` is how many seconds until a claim can start more: 0 at once, ``None`` when
+    a running task of the queue (or kind) ends."""
+
+    held: bool = False
+    retry_in: float | None = None
+
+
 async def migrations_apply(conn: Conn, q: Queries) -> list[int]:
     """Apply the migrations this schema lacks, under a lock; return the versions applied."""
     await conn.execute(q["migrations_lock"], q.schema)
@@ -83,16 +92,35 @@ async def job_insert_many(
     unique: str | None,
     deadline: dt.datetime | None,
     trace: str | None,
+    notify: tuple[str, str] | None = None,
+    group: str | None = None,
 ) -> int:
     """Insert standalone jobs; return how many were inserted (0: a unique key was held).
 
-    A unique key goes with exactly one job.
+    A unique key goes with exactly one job. ``notify`` (channel, payload) is sent by the same
+    statement, so only when the statement commits on its own (autocommit). ``group``: the
+    jobs' group key (flow control).
     """
+    channel, payload = notify or (None, None)
     rest = (kind, queue, priority, process_at, max_attempts, sequence, deadline, trace)
+    # Work with no group key goes through statements that write no column of migration 0008.
+    grouped = () if group is None else (group,)
+    suffix = "" if group is None else "_grouped"
     if unique is None:
-        await conn.execute(q["job_insert_many"], ids, inputs, *rest)
+        await conn.execute(
+            q["job_insert_many" + suffix], ids, inputs, *rest, channel, payload, *grouped
+        )
         return len(ids)
-    count: int = await conn.fetchval(q["job_insert_unique"], ids[0], inputs[0], *rest, unique)
+    count: int = await conn.fetchval(
+        q["job_insert_unique" + suffix],
+        ids[0],
+        inputs[0],
+        *rest,
+        channel,
+        payload,
+        unique,
+        *grouped,
+    )
     return count
 
 
@@ -103,8 +131,13 @@ async def job_find_unique(conn: Conn, q: Queries, kind: str, unique: str) -> uui
 
 
 async def workflow_insert(conn: Conn, q: Queries, *args: Any) -> uuid.UUID | None:
-    """Insert a workflow run with steps, edges and root tasks; None if the key is taken."""
-    run_id: uuid.UUID | None = await conn.fetchval(q["workflow_insert"], *args)
+    """Insert a workflow run with steps, edges and root tasks; None if the key is taken.
+    The last argument is the group key (flow control), or None for none."""
+    *rest, group = args
+    if group is None:
+        run_id: uuid.UUID | None = await conn.fetchval(q["workflow_insert"], *rest)
+    else:
+        run_id = await conn.fetchval(q["workflow_insert_grouped"], *rest, group)
     return run_id
 
 
@@ -124,9 +157,18 @@ async def task_claim(
     lease: float,
     worker: str,
     workflows: Sequence[str],
-) -> list[Record]:
-    """Claim up to ``limit`` available tasks of ``queue`` (nodes only of ``workflows``)."""
-    return await conn.fetch(q["task_claim"], queue, kinds, limit, lease, worker, workflows)
+) -> ClaimedRows:
+    """Claim up to ``limit`` available tasks of ``queue`` (nodes only of ``workflows``).
+
+    Within the queue's flow control: the rows are the claimed tasks; when a limit held the
+    claim back, ``retry_in`` on the result says when to claim again (see ClaimedRows).
+    """
+    rows = await conn.fetch(q["task_claim"], queue, kinds, limit, lease, worker, workflows)
+    claimed = ClaimedRows(r for r in rows if r["id"] is not None)
+    for r in rows:
+        if r["id"] is None:  # the statement's last row, if a limit held the claim back
+            claimed.held, claimed.retry_in = True, r["retry_in"]
+    return claimed
 
 
 async def task_heartbeat(
@@ -428,6 +470,11 @@ async def worker_leave(conn: Conn, q: Queries, worker: str) -> None:
     await conn.execute(q["worker_leave"], worker)
 
 
+async def worker_list(conn: Conn, q: Queries) -> list[Record]:
+    """The live workers' presence rows, newest first."""
+    return await conn.fetch(q["worker_list"])
+
+
 async def wakeup_notify(conn: Conn, q: Queries, channel: str, payloads: Sequence[str]) -> None:
     """Send one NOTIFY per payload."""
     await conn.execute(q["wakeup_notify"], channel, payloads)
@@ -468,3 +515,173 @@ async def node_payloads(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Recor
 async def throughput_minutes(conn: Conn, q: Queries, minutes: int) -> list[Record]:
     """Completed and failed steps per queue and minute over the last ``minutes``."""
     return await conn.fetch(q["throughput_minutes"], minutes)
+
+
+# Schedules (cyclone/sql/schedules.sql): declared and dynamic schedules, and their firing.
+
+
+async def schedule_declare_many(
+    conn: Conn, q: Queries, lease: float, rows: list[tuple[Any, ...]]
+) -> None:
+    """Upsert declared schedules; ``rows`` are (name, target, job, cron, every, start, tz,
+    catch_up, window, overlap, input, next_at) tuples."""
+    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(12)]
+    await conn.execute(q["schedule_declare_many"], lease, *columns)
+
+
+async def schedule_refresh(conn: Conn, q: Queries, lease: float, declared: list[str]) -> None:
+    """Extend the declarations of ``declared`` by ``lease`` seconds from now."""
+    await conn.execute(q["schedule_refresh"], lease, declared)
+
+
+async def schedule_next_due(
+    conn: Conn, q: Queries, declared: list[str], targets: list[str], now: dt.datetime | None
+) -> Record:
+    """The first due schedule, deadline and wait timeout, and the database's clock."""
+    row: Record | None = await conn.fetchrow(q["schedule_next_due"], declared, targets, now)
+    assert row is not None  # a SELECT of aggregates always returns its one row
+    return row
+
+
+async def schedule_claim_due(
+    conn: Conn,
+    q: Queries,
+    declared: list[str],
+    targets: list[str],
+    now: dt.datetime | None,
+    limit: int,
+) -> list[Record]:
+    """Lock the due schedules this worker fires (inside the caller's transaction)."""
+    return await conn.fetch(q["schedule_claim_due"], now, declared, targets, limit)
+
+
+async def schedule_job_insert_many(
+    conn: Conn,
+    q: Queries,
+    *,
+    kind: str,
+    queue: str,
+    priority: int,
+    max_attempts: int,
+    ids: Sequence[uuid.UUID],
+    inputs: Sequence[str],
+    keys: Sequence[str],
+) -> list[Record]:
+    """Insert keyed jobs; returns (id, key) of those inserted (a taken key inserts nothing)."""
+    return await conn.fetch(
+        q["schedule_job_insert_many"], kind, queue, priority, max_attempts, ids, inputs, keys
+    )
+
+
+async def schedule_advance(
+    conn: Conn,
+    q: Queries,
+    name: str,
+    *,
+    next_at: dt.datetime,
+    last_slot: dt.datetime | None,
+    last_run_id: uuid.UUID | None,
+    triggered_at: dt.datetime | None,
+) -> None:
+    """Record a firing pass of ``name``."""
+    await conn.execute(q["schedule_advance"], next_at, last_slot, last_run_id, triggered_at, name)
+
+
+async def schedule_list(conn: Conn, q: Queries, name: str | None) -> list[Record]:
+    """Every stored schedule (or the one named), by name."""
+    return await conn.fetch(q["schedule_list"], name)
+
+
+async def schedule_lock(conn: Conn, q: Queries, name: str) -> Record | None:
+    """Lock one schedule's row for a change; None if there is none."""
+    row: Record | None = await conn.fetchrow(q["schedule_lock"], name)
+    return row
+
+
+async def schedule_set_paused(
+    conn: Conn, q: Queries, name: str, paused: bool, next_at: dt.datetime | None
+) -> None:
+    """Pause or resume ``name`` (resuming at ``next_at``)."""
+    await conn.execute(q["schedule_set_paused"], paused, next_at, name)
+
+
+async def schedule_trigger(conn: Conn, q: Queries, name: str) -> dt.datetime | None:
+    """Ask for a run of ``name`` now; the trigger's time, or None without such a schedule."""
+    at: dt.datetime | None = await conn.fetchval(q["schedule_trigger"], name)
+    return at
+
+
+async def schedule_create(conn: Conn, q: Queries, *args: Any) -> bool:
+    """Insert a dynamic schedule; False when the name is taken."""
+    return await conn.fetchval(q["schedule_create"], *args) is not None
+
+
+async def schedule_update(conn: Conn, q: Queries, *args: Any) -> None:
+    """Replace a dynamic schedule's definition (locked by the caller)."""
+    await conn.execute(q["schedule_update"], *args)
+
+
+async def schedule_delete(conn: Conn, q: Queries, name: str) -> None:
+    """Delete one schedule (locked by the caller)."""
+    await conn.execute(q["schedule_delete"], name)
+
+
+async def server_backend_pid(conn: Conn, q: Queries, *, prepared_as: str | None = None) -> int:
+    """The pid of the backend that runs this statement; ``prepared_as``: run it as a named
+    prepared statement of that name, left on the server (a pooler probe's evidence)."""
+    if prepared_as is None:
+        pid: int = await conn.fetchval(q["server_backend_pid"])
+        return pid
+    statement = await conn.prepare(q["server_backend_pid"], name=prepared_as)
+    pid = await statement.fetchval()
+    return pid
+
+
+async def server_statement_exists(conn: Conn, q: Queries, name: str) -> bool:
+    """Whether the backend running this statement holds a prepared statement ``name``."""
+    found: bool = await conn.fetchval(q["server_statement_exists"], name)
+    return found
+
+
+# Flow control (cyclone/sql/flow.sql): paused queues and limits, set by operators.
+
+
+async def queue_limits_set(
+    conn: Conn,
+    q: Queries,
+    queue: str,
+    concurrency: int | None,
+    rate: int | None,
+    per: float | None,
+    key_concurrency: int | None,
+) -> None:
+    """Replace a queue's limits (NULL: none)."""
+    await conn.execute(q["queue_limits_set"], queue, concurrency, rate, per, key_concurrency)
+
+
+async def queue_pause_set(conn: Conn, q: Queries, queue: str, paused: bool) -> bool:
+    """Pause or resume a queue; whether it was paused before."""
+    was: bool = await conn.fetchval(q["queue_pause_set"], queue, paused)
+    return was
+
+
+async def queue_list(conn: Conn, q: Queries, queue: str | None) -> list[Record]:
+    """Queues with a setting (or the one named), by name."""
+    return await conn.fetch(q["queue_list"], queue)
+
+
+async def queue_known(conn: Conn, q: Queries, queue: str) -> bool:
+    """Whether ``queue`` has a setting or a live worker claims from it."""
+    return bool(await conn.fetchval(q["queue_known"], queue))
+
+
+async def kind_limits_set(
+    conn: Conn, q: Queries, kind: str, concurrency: int | None, rate: int | None, per: float | None
+) -> None:
+    """Replace a kind's limits (NULL: none)."""
+    await conn.execute(q["kind_limits_set"], kind, concurrency, rate, per)
+
+
+async def kind_limits_list(conn: Conn, q: Queries) -> list[Record]:
+    """Kinds with a limit, by name."""
+    return await conn.fetch(q["kind_limits_list"])

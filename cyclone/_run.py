@@ -87,6 +87,22 @@ class UnservedWork:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker: where it runs, what it claims, when it started and last renewed its
+    presence (once per heartbeat). A worker that stopped renewing for a few heartbeats is no
+    longer listed."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    kinds: list[str]
+    workflows: list[str]
+    started_at: dt.datetime
+    seen_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """One queue's live work: tasks by state, the oldest wait, the last minute's throughput.
 
@@ -94,6 +110,8 @@ class QueueStats:
     ``blocking`` counts failed sequenced jobs holding up their sequence. ``workers`` counts
     the live workers claiming from the queue; ``unserved`` the claimable tasks that none of
     them serves (kind or workflow not given to any), detailed in ``unserved_work``.
+    ``paused`` and the ``*_limit`` fields are the queue's flow control (docs/flow-control.md):
+    ``rate_limit`` is (starts, per seconds); ``None`` is no limit.
     """
 
     queue: str
@@ -107,6 +125,10 @@ class QueueStats:
     workers: int = 0
     unserved: int = 0
     unserved_work: list[UnservedWork] = field(default_factory=list)
+    paused: bool = False
+    concurrency_limit: int | None = None
+    rate_limit: tuple[int, float] | None = None
+    key_concurrency_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

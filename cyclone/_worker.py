@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from cyclone import _maintenance as maintenance
 from cyclone import _queries as db
-from cyclone import _schema
 from cyclone._completer import Completer
 from cyclone._errors import InvalidInputError, InvalidStateError
 from cyclone._executor import Executor
@@ -33,10 +32,12 @@ from cyclone._kinds import Step
 from cyclone._leases import LeaseKeeper
 from cyclone._options import seconds, validate_int, validate_queue
 from cyclone._producer import Producer
+from cyclone._scheduler import Scheduler
 from cyclone._workflow import defined_workflows
 
 if TYPE_CHECKING:
     from cyclone._client import Client
+    from cyclone._schedules import Schedule
     from cyclone._workflow import Workflow
 
 logger = logging.getLogger("cyclone")
@@ -63,9 +64,13 @@ class Worker:
     ``poll_interval`` bounds how long claimable work can wait when a notification is lost.
     ``lease`` is how long a claimed task stays this worker's without a heartbeat;
     ``heartbeat`` defaults to a third of it. ``shutdown_timeout`` is how long a graceful stop
-    lets running handlers finish before cancelling them. ``start()`` checks the schema first:
-    :class:`SchemaNotMigratedError` if it lacks migrations, unless ``wait_for_schema`` is true,
-    which waits (logged once) until they are applied; :class:`SchemaVersionError` always.
+    lets running handlers finish before cancelling them. ``start()`` waits (logged once) until
+    the database answers, then checks the schema: :class:`SchemaNotMigratedError` if it lacks
+    migrations, unless ``wait_for_schema`` is true, which waits (logged once) until they are
+    applied; :class:`SchemaVersionError` always; :class:`UnsupportedPoolerError` behind
+    PgBouncer in transaction mode with a setting that cannot work through it.
+    ``schedules`` (from :func:`cyclone.schedule`) are declared at start and fired by this
+    worker's timer, with the dynamic schedules of what it serves (docs/schedules.md).
     """
 
     def __init__(
@@ -84,6 +89,7 @@ class Worker:
         backoff: Callable[[int], float] = exponential_backoff,
         worker_id: str | None = None,
         wait_for_schema: bool = False,
+        schedules: Sequence[Schedule[Any]] = (),
     ) -> None:
         self.client = client
         self.wait_for_schema = bool(wait_for_schema)
@@ -161,6 +167,11 @@ class Worker:
         self._hurry = asyncio.Event()
         self._started = False
         self._unsubscribe: Callable[[], None] | None = None
+        # Schedules (cyclone/_scheduler.py): declared ones, dynamic ones of what this serves,
+        # and the timer that also fires run deadlines and wait timeouts on time.
+        self._scheduler = Scheduler(
+            client, schedules, kinds=self._steps, workflows=self._workflows, worker_id=self.id
+        )
 
     def _add_step(self, s: Step[Any, Any]) -> None:
         if not isinstance(s, Step):
@@ -216,12 +227,10 @@ class Worker:
         """Start claiming in the running event loop."""
         if self._started:
             raise RuntimeError("this worker was started already")
-        if self.wait_for_schema:
-            await _schema.wait_until_migrated(self.client.pool, self.client.queries)
-        else:
-            await self.client.check_schema()
+        await self.client._wait_until_ready(wait_for_schema=self.wait_for_schema)
         async with self.client._acquire() as conn:  # visible in stats once start() returns
             await self._present(conn)
+        await self._scheduler.start()  # schedules: declare, then arm the timer
         self._started = True
         loop = asyncio.get_running_loop()
         self._completer.start()
@@ -268,6 +277,7 @@ class Worker:
             # leases run out): a stop must end.
             self._completer.give_up_after(deadline)
             await finished
+        await self._scheduler.stop()  # schedules
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)

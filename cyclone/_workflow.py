@@ -23,7 +23,7 @@ from cyclone._insert import (
     trace_text,
     uuid7,
 )
-from cyclone._keys import validate_key
+from cyclone._keys import validate_key, validate_name
 from cyclone._kinds import Kind, Step
 from cyclone._notifier import queue_payload
 from cyclone._options import Options, SubmitOptions, seconds
@@ -73,9 +73,7 @@ class Workflow(Generic[In]):
     """A named DAG of steps; every ``submit`` makes a new run, ``submit_once`` one per key."""
 
     def __init__(self, name: str, input_type: Any) -> None:
-        if not isinstance(name, str) or not name or len(name) > 200:
-            raise InvalidInputError(f"a workflow's name must be a non-empty str, got {name!r}")
-        self.name = name
+        self.name = validate_name(name, what="a workflow's name")
         self.input_type = input_type
         self._nodes: dict[str, Node[Any]] = {}
         self._result: str | None = None
@@ -154,8 +152,7 @@ class Workflow(Generic[In]):
         return tuple(names)
 
     def _add(self, node: Node[Out]) -> Node[Out]:
-        if not isinstance(node.name, str) or not node.name or len(node.name) > 200:
-            raise InvalidInputError(f"a node name must be a non-empty str, got {node.name!r}")
+        validate_name(node.name, what="a node name")
         if node.name in self._nodes:
             raise InvalidInputError(f"workflow {self.name!r} already has a node {node.name!r}")
         self._nodes[node.name] = node
@@ -243,7 +240,7 @@ class Workflow(Generic[In]):
             return self._handle(client, run_id), created
         span = {"cyclone.workflow": self.name, "cyclone.nodes": len(self._nodes)}
         with client.observers.enqueue_span(f"submit {self.name}", span):
-            planned: tuple[Any, ...] = (*plan, trace_text(client))
+            planned: tuple[Any, ...] = (*plan, trace_text(client), opts.group)
             if tx is None:
                 async with client._acquire() as conn:
                     run_id, created = await self._insert(

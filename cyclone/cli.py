@@ -1,9 +1,10 @@
 """The ``cyclone`` command: migrate, run a worker, inspect and steer runs, purge, stats.
 
 Every command takes the connection options (``--dsn`` or ``CYCLONE_DATABASE_URL``,
-``--schema``, ``--statement-cache-size``, ``--no-notify``) before or after its name. Listings
-take ``--json`` for scripts. Bad input, an unreachable or unmigrated database prints one line
-on stderr and exits with status 1 (2 for usage errors), never a traceback.
+``--schema``, ``--statement-cache-size``, ``--no-notify``, ``--listen-dsn``) before or after
+its name. Listings take ``--json`` for scripts. Bad input, an unreachable or unmigrated
+database prints one line on stderr and exits with status 1 (2 for usage errors), never a
+traceback; ``cyclone worker`` waits for an unreachable database instead.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 import asyncpg
 
 from cyclone import _queries as db
-from cyclone import _schema
 from cyclone._client import Client
 from cyclone._errors import CycloneError
 from cyclone._kinds import Step
@@ -84,8 +84,10 @@ async def _with_client(
     *,
     connections: int = 4,
     check: bool = True,
+    lazy: bool = False,
 ) -> T:
-    """Run ``use`` with a client on a pool of its own; ``check``: refuse an unmigrated schema."""
+    """Run ``use`` with a client on a pool of its own; ``check``: refuse an unmigrated schema;
+    ``lazy``: connect on first use (a worker may start before the database does)."""
     opts = ctx.obj
     dsn, schema = opts.get("dsn"), opts["schema"]
     if not dsn:
@@ -99,12 +101,18 @@ async def _with_client(
         pool_options["statement_cache_size"] = opts["statement_cache_size"]
     try:
         pool = await asyncio.wait_for(
-            asyncpg.create_pool(dsn, min_size=1, max_size=connections, **pool_options), 15
+            asyncpg.create_pool(
+                dsn, min_size=0 if lazy else 1, max_size=connections, **pool_options
+            ),
+            15,
         )
     except (TimeoutError, *DATABASE_ERRORS, ValueError) as exc:
         raise Failure(f"cannot connect to the database: {exc}") from None
     try:
-        async with Client(pool, schema=schema, notify=opts["notify"]) as client:
+        client = Client(
+            pool, schema=schema, notify=opts["notify"], listen_dsn=opts.get("listen_dsn")
+        )
+        async with client:
             if check:
                 await client.check_schema()
             return await use(client)
@@ -169,6 +177,14 @@ _CONNECTION_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
             "show_default": True,
             "help": "LISTEN for wakeups; --no-notify (poll only) behind PgBouncer in "
             "transaction mode.",
+        },
+    ),
+    (
+        ("--listen-dsn",),
+        {
+            "envvar": "CYCLONE_LISTEN_DSN",
+            "help": "Where the LISTEN connection goes (default: --dsn); straight to "
+            "PostgreSQL when --dsn is PgBouncer in transaction mode.",
         },
     ),
 ]
@@ -406,10 +422,10 @@ def worker(
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
-        if wait_for_migrations:
-            ready = _schema.wait_until_migrated(client.pool, client.queries)
-            if not await _unless_stopped(stop, ready):
-                return
+        # Until the database answers (and is migrated, with --wait-for-migrations), or a signal.
+        ready = client._wait_until_ready(wait_for_schema=wait_for_migrations)
+        if not await _unless_stopped(stop, ready):
+            return
         w = await build(client)
         server = None
         if metrics_port is not None:
@@ -437,7 +453,7 @@ def worker(
         if server is not None:
             server.shutdown()
 
-    _run(_with_client(ctx, go, connections=max_connections, check=False))
+    _run(_with_client(ctx, go, connections=max_connections, check=False, lazy=True))
 
 
 def _steps_of(items: list[Any]) -> list[Step[Any, Any]]:
@@ -567,6 +583,8 @@ def runs_signal(ctx: click.Context, run_id: str, node: str, payload: str | None)
         raise Failure(
             f"--payload is not JSON ({exc}); quote it for the shell: --payload '{{\"ok\": true}}'"
         ) from None
+    except RecursionError:
+        raise Failure("--payload is nested too deeply to decode") from None
     _run(_with_client(ctx, lambda c: c.signal(rid, node, value)))
     click.echo(f"signalled {node} of run {rid}")
 
@@ -655,6 +673,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         "done/min",
         "workers",
         "unserved",
+        "flow",
     )
     for r in rows:
         oldest = "" if r.oldest_seconds is None else f"{r.oldest_seconds:.1f}s"
@@ -670,6 +689,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
             str(r.completed_last_minute),
             str(r.workers),
             str(r.unserved),
+            _flow_text(r.paused, r.concurrency_limit, r.rate_limit, r.key_concurrency_limit),
         )
     console.print(table)
 
@@ -743,3 +763,192 @@ def dashboard(ctx: click.Context, bind: str, read_only: bool, title: str) -> Non
         _run(_with_client(ctx, go, connections=8))
     except KeyboardInterrupt:  # uvicorn hands the SIGINT it handled back on the way out
         click.echo("cyclone: dashboard stopped", err=True)
+
+
+# Schedules (cyclone/_scheduler.py): list, pause, resume and trigger stored schedules.
+
+
+@main.group()
+@_connection_options(top=False)
+def schedules() -> None:
+    """List, pause, resume and trigger schedules."""
+
+
+@schedules.command("ls")
+@click.option("--json", "as_json", is_flag=True)
+@_connection_options(top=False)
+@click.pass_context
+def schedules_ls(ctx: click.Context, as_json: bool) -> None:
+    """List stored schedules: timing, target, state and next slot."""
+    rows = _run(_with_client(ctx, lambda c: c.schedules.list()))
+    if as_json:
+        _json([asdict(r) for r in rows])
+        return
+    table = Table("name", "when", "target", "state", "next slot", "last run")
+    for r in rows:
+        when = f"cron {r.cron!r} {r.tz}" if r.cron is not None else f"every {r.every}"
+        state = "paused" if r.paused else "active"
+        if not r.declared:
+            state += " (undeclared)"  # no running worker declares it: nobody fires it
+        origin = "dynamic" if r.dynamic else "declared"
+        last = "" if r.last_run_id is None else str(r.last_run_id)
+        _add_row(table, r.name, when, r.target, f"{state}, {origin}", f"{r.next_at:%F %T%z}", last)
+    console.print(table)
+
+
+@schedules.command("pause")
+@click.argument("name")
+@_connection_options(top=False)
+@click.pass_context
+def schedules_pause(ctx: click.Context, name: str) -> None:
+    """Stop making runs for NAME until it is resumed (kept across deploys)."""
+    _run(_with_client(ctx, lambda c: c.schedules.pause(name)))
+    click.echo(f"paused {name}")
+
+
+@schedules.command("resume")
+@click.argument("name")
+@_connection_options(top=False)
+@click.pass_context
+def schedules_resume(ctx: click.Context, name: str) -> None:
+    """Make runs for NAME again from its next slot; slots passed while paused are not run."""
+    _run(_with_client(ctx, lambda c: c.schedules.resume(name)))
+    click.echo(f"resumed {name}")
+
+
+@schedules.command("trigger")
+@click.argument("name")
+@_connection_options(top=False)
+@click.pass_context
+def schedules_trigger(ctx: click.Context, name: str) -> None:
+    """Ask for one run of NAME now; prints the run's key (`cyclone runs ls --key KEY`)."""
+    key = _run(_with_client(ctx, lambda c: c.schedules.trigger(name)))
+    click.echo(key)
+
+
+# Flow control (docs/flow-control.md): cyclone queues ls|pause|resume|limit.
+
+
+def _flow_text(
+    paused: bool,
+    concurrency: int | None,
+    rate: tuple[int, float] | None,
+    key_concurrency: int | None,
+) -> str:
+    """``paused, 3 at once, 20/1s, 2 per key``; empty for a queue without flow control."""
+    parts = ["paused"] if paused else []
+    if concurrency is not None:
+        parts.append(f"{concurrency} at once")
+    if rate is not None:
+        parts.append(f"{rate[0]}/{rate[1]:g}s")
+    if key_concurrency is not None:
+        parts.append(f"{key_concurrency} per key")
+    return ", ".join(parts)
+
+
+@main.group()
+@_connection_options(top=False)
+def queues() -> None:
+    """Pause, resume and limit queues across every worker."""
+
+
+@queues.command("ls")
+@click.option("--json", "as_json", is_flag=True)
+@_connection_options(top=False)
+@click.pass_context
+def queues_ls(ctx: click.Context, as_json: bool) -> None:
+    """The queues that are paused or limited, and the kinds with limits."""
+
+    async def read(c: Client) -> tuple[list[Any], dict[str, Any]]:
+        return await c.queues.list(), await c.queues.kind_limits()
+
+    settings, kinds = _run(_with_client(ctx, read))
+    if as_json:
+        _json(
+            {
+                "queues": [asdict(s) for s in settings],
+                "kinds": {k: asdict(v) for k, v in kinds.items()},
+            }
+        )
+        return
+    table = Table("queue or kind", "flow control")
+    for s in settings:
+        rate = None if s.limits.rate is None else (s.limits.rate, s.limits.per)
+        text = _flow_text(s.paused, s.limits.concurrency, rate, s.limits.key_concurrency)
+        _add_row(table, s.queue, text)
+    for kind, k in kinds.items():
+        rate = None if k.rate is None else (k.rate, k.per)
+        _add_row(table, f"kind {kind}", _flow_text(False, k.concurrency, rate, None))
+    console.print(table)
+
+
+@queues.command("pause")
+@click.argument("queue")
+@click.option("--create", is_flag=True, help="Also a queue no worker claims from yet.")
+@_connection_options(top=False)
+@click.pass_context
+def queues_pause(ctx: click.Context, queue: str, create: bool) -> None:
+    """Stop every worker claiming from QUEUE; running work finishes."""
+    changed = _run(_with_client(ctx, lambda c: c.queues.pause(queue, create=create)))
+    click.echo(f"paused {queue}" if changed else f"{queue} was paused already")
+
+
+@queues.command("resume")
+@click.argument("queue")
+@_connection_options(top=False)
+@click.pass_context
+def queues_resume(ctx: click.Context, queue: str) -> None:
+    """Let workers claim from QUEUE again (they are woken at once)."""
+    changed = _run(_with_client(ctx, lambda c: c.queues.resume(queue)))
+    click.echo(f"resumed {queue}" if changed else f"{queue} was not paused")
+
+
+@queues.command("limit")
+@click.argument("queue")
+@click.option("--concurrency", type=int, help="Tasks running at once, all workers.")
+@click.option("--rate", type=int, help="Starts per --per.")
+@click.option("--per", type=float, help="The rate's period in seconds.")
+@click.option("--key-concurrency", type=int, help="Tasks running at once per group key.")
+@click.option("--kind", is_flag=True, help="QUEUE names a kind: limit it on every queue.")
+@click.option("--create", is_flag=True, help="Also a queue no worker claims from yet.")
+@_connection_options(top=False)
+@click.pass_context
+def queues_limit(
+    ctx: click.Context,
+    queue: str,
+    concurrency: int | None,
+    rate: int | None,
+    per: float | None,
+    key_concurrency: int | None,
+    kind: bool,
+    create: bool,
+) -> None:
+    """Replace QUEUE's limits (a limit not given is cleared; none given clears them all)."""
+    if kind:
+        if key_concurrency is not None:
+            raise click.UsageError("--key-concurrency applies to a queue, not to a kind")
+        _run(
+            _with_client(
+                ctx,
+                lambda c: c.queues.set_kind_limits(
+                    queue, concurrency=concurrency, rate=rate, per=per
+                ),
+            )
+        )
+    else:
+        _run(
+            _with_client(
+                ctx,
+                lambda c: c.queues.set_limits(
+                    queue,
+                    concurrency=concurrency,
+                    rate=rate,
+                    per=per,
+                    key_concurrency=key_concurrency,
+                    create=create,
+                ),
+            )
+        )
+    rate_pair = None if rate is None or per is None else (rate, per)
+    text = _flow_text(False, concurrency, rate_pair, key_concurrency) or "no limits"
+    click.echo(f"{'kind ' if kind else ''}{queue}: {text}")

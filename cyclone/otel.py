@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 
-from opentelemetry import propagate, trace
+from opentelemetry import metrics, propagate, trace
 
 from cyclone._observe import Attributes, Observer
 
@@ -23,8 +23,24 @@ __all__ = ["OpenTelemetryTracing"]
 class OpenTelemetryTracing(Observer):
     """An observer that traces enqueues and handler runs, joined by the stored context."""
 
-    def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+    ) -> None:
         self.tracer = trace.get_tracer("cyclone", tracer_provider=tracer_provider)
+        meter = metrics.get_meter("cyclone", meter_provider=meter_provider)
+        self.schedule_fired_counter = meter.create_counter(
+            "cyclone.schedule.fired", description="Schedule slots whose run was made."
+        )
+        self.schedule_lag = meter.create_histogram(
+            "cyclone.schedule.lag", unit="s", description="Time from a slot to its run's insert."
+        )
+
+    def schedule_fired(self, schedule: str, lag: float) -> None:
+        attributes = {"cyclone.schedule": schedule}
+        self.schedule_fired_counter.add(1, attributes)
+        self.schedule_lag.record(lag, attributes)
 
     def trace_context(self) -> dict[str, str] | None:
         carrier: dict[str, str] = {}

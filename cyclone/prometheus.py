@@ -30,6 +30,10 @@ Per database (:class:`QueueCollector`), gauges: ``cyclone_queue_depth{queue,stat
 ``cyclone_queue_unserved{queue,kind,workflow}`` (claimable, and no live worker serves it;
 ``workflow`` is empty for jobs), ``cyclone_queue_workers{queue}`` (live workers claiming from
 it) and ``cyclone_queue_stats_up`` (1 when the last scrape could read the database).
+
+Schedules (per process): ``cyclone_schedule_fired_total{schedule}`` (slots whose run this
+process made) and the histogram ``cyclone_schedule_lag_seconds{schedule}`` (slot time to the
+run's insert, by the database's clock).
 """
 
 from __future__ import annotations
@@ -101,6 +105,15 @@ class PrometheusMetrics(Observer):
             "Time an attempt took, handler and outcome write.",
             ["kind", "queue"],
         )
+        self.schedule_fired_total = metric(
+            Counter, "schedule_fired", "Schedule slots whose run was made.", ["schedule"]
+        )
+        self.schedule_lag = metric(
+            Histogram,
+            "schedule_lag_seconds",
+            "Time from a schedule's slot to the insert of its run.",
+            ["schedule"],
+        )
 
     def enqueued(self, kind: str, queue: str, count: int) -> None:
         self.enqueued_runs.labels(kind=kind, queue=queue).inc(count)
@@ -119,6 +132,10 @@ class PrometheusMetrics(Observer):
 
     def reclaimed(self, count: int) -> None:
         self.reclaimed_total.inc(count)
+
+    def schedule_fired(self, schedule: str, lag: float) -> None:
+        self.schedule_fired_total.labels(schedule=schedule).inc()
+        self.schedule_lag.labels(schedule=schedule).observe(lag)
 
 
 class QueueCollector(Collector):
@@ -152,7 +169,7 @@ class QueueCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Read the database and yield the gauges; on failure only ``..._stats_up`` (0)."""
-        depth, expired, oldest, unserved, workers, up = self._families()
+        depth, expired, oldest, unserved, workers, paused, limit, up = self._families()
         try:
             stats = self._read()
         except (*db.DATABASE_ERRORS, InvalidStateError, TimeoutError) as exc:
@@ -172,8 +189,16 @@ class QueueCollector(Collector):
             workers.add_metric([row.queue], row.workers)
             for work in row.unserved_work:
                 unserved.add_metric([row.queue, work.kind, work.workflow or ""], work.count)
+            paused.add_metric([row.queue], int(row.paused))  # flow control
+            for name, value in [
+                ("concurrency", row.concurrency_limit),
+                ("rate_per_second", row.rate_limit and row.rate_limit[0] / row.rate_limit[1]),
+                ("key_concurrency", row.key_concurrency_limit),
+            ]:
+                if value is not None:
+                    limit.add_metric([row.queue, name], value)
         up.add_metric([], 1)
-        yield from (depth, expired, oldest, unserved, workers, up)
+        yield from (depth, expired, oldest, unserved, workers, paused, limit, up)
 
     def _read(self) -> list[QueueStats]:
         try:
@@ -213,6 +238,13 @@ class QueueCollector(Collector):
                 ["queue", "kind", "workflow"],
             ),
             gauge("queue_workers", "Live workers claiming from the queue.", ["queue"]),
+            gauge("queue_paused", "1 while the queue is paused.", ["queue"]),
+            gauge(
+                "queue_limit",
+                "The queue's flow-control limits (concurrency, rate_per_second, "
+                "key_concurrency); none for no limit.",
+                ["queue", "limit"],
+            ),
             gauge("queue_stats_up", "1 when the last scrape read the database.", []),
         )
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 import pytest_asyncio
 
 import cyclone
@@ -88,6 +90,52 @@ class Listener:
                 self.arrived.clear()
                 await self.arrived.wait()
         self.payloads.remove(marker)
+
+
+class Records(logging.Handler):
+    """Keeps the ``cyclone`` logger's records and lets a test await one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self.arrived = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.arrived.set()
+
+    def messages(self, containing: str) -> list[str]:
+        """The messages so far that contain ``containing``."""
+        return [r.getMessage() for r in self.records if containing in r.getMessage()]
+
+    async def wait_for(self, containing: str) -> None:
+        """Until a message contains ``containing``."""
+        await self.first(f".*{re.escape(containing)}.*")
+
+    async def first(self, pattern: str) -> logging.LogRecord:
+        """The first record whose message matches ``pattern``, waiting for it if need be."""
+        async with asyncio.timeout(60):
+            while True:
+                for record in self.records:
+                    if re.fullmatch(pattern, record.getMessage(), re.DOTALL):
+                        return record
+                self.arrived.clear()
+                await self.arrived.wait()
+
+
+@pytest.fixture
+def records() -> Iterator[Records]:
+    """The ``cyclone`` logger's records from DEBUG up, for the test's duration."""
+    handler = Records()
+    logger = logging.getLogger("cyclone")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
 
 
 @pytest_asyncio.fixture

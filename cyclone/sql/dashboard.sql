@@ -1,15 +1,14 @@
 -- Statements behind the read models the dashboard uses (cyclone.web), each bounded: a page,
 -- a count with a cap, a window of minutes, or one run.
 
--- name: run_search
--- One page of runs, newest first: keyset pagination on the time-ordered id ($5), every filter
--- optional. The walk reads at most $9 runs from the cursor (NULL: no bound), so a filter that
--- few recent runs match stops early and the caller continues from where the walk ended. A
--- queue matches a job by its queue and a workflow run by any of its nodes' queues. The
--- sub-selects that look at a run's tasks and steps end in LIMIT 1 so that each stays a
--- look-up by primary key per run walked: as EXISTS, the planner may hash the whole table.
-SELECT r.id, r.name, r.job, r.key, r.created_at, r.finished_at, r.error::text AS error,
-    live.state
+-- fragment: runs_matching
+-- The runs that match the filters, newest first: keyset pagination on the time-ordered id
+-- ($5), every filter optional. The walk reads at most $9 runs from the cursor (NULL: no
+-- bound), so a filter that few recent runs match stops early and the caller continues from
+-- where the walk ended. A queue matches a job by its queue and a workflow run by any of its
+-- nodes' queues. The sub-selects that look at a run's tasks and steps end in LIMIT 1 so that
+-- each stays a look-up by primary key per run walked: as EXISTS, the planner may hash the
+-- whole table.
 FROM (
     SELECT * FROM __schema__.cyclone_runs
     WHERE ($5::uuid IS NULL OR id < $5)
@@ -33,6 +32,12 @@ WHERE ($1::text IS NULL OR r.name = $1)
   AND ($7::text IS NULL OR CASE WHEN r.job THEN r.queue = $7
         ELSE (SELECT true FROM __schema__.cyclone_steps s
               WHERE s.run_id = r.id AND s.queue = $7 LIMIT 1) END)
+
+-- name: run_search
+-- One page ($8 runs) of the runs matching the filters.
+SELECT r.id, r.name, r.job, r.key, r.created_at, r.finished_at, r.error::text AS error,
+    live.state
+/* fragment: runs_matching */
 ORDER BY r.id DESC
 LIMIT $8;
 
@@ -46,33 +51,10 @@ OFFSET $2 - 1
 LIMIT 1;
 
 -- name: run_count
--- How many runs match the filters of run_search, counting at most $8 (and walking at most
--- $9 runs, as run_search does).
+-- How many runs match the filters, counting at most $8.
 SELECT count(*)::int FROM (
     SELECT 1
-    FROM (
-        SELECT * FROM __schema__.cyclone_runs
-        WHERE ($5::uuid IS NULL OR id < $5)
-        ORDER BY id DESC
-        LIMIT $9
-    ) r
-    CROSS JOIN LATERAL (
-        SELECT CASE
-            WHEN r.state <> 'pending' THEN r.state
-            WHEN r.remaining < r.nodes THEN 'running'
-            WHEN (SELECT true FROM __schema__.cyclone_tasks t
-                  WHERE t.run_id = r.id AND (t.state = 'running' OR t.attempt > 0) LIMIT 1)
-                THEN 'running'
-            ELSE 'pending' END AS state
-    ) live
-    WHERE ($1::text IS NULL OR r.name = $1)
-      AND ($2::text IS NULL OR r.key = $2)
-      AND ($3::timestamptz IS NULL OR r.created_at >= $3)
-      AND ($4::timestamptz IS NULL OR r.created_at < $4)
-      AND ($6::text[] IS NULL OR live.state = ANY ($6))
-      AND ($7::text IS NULL OR CASE WHEN r.job THEN r.queue = $7
-            ELSE (SELECT true FROM __schema__.cyclone_steps s
-                  WHERE s.run_id = r.id AND s.queue = $7 LIMIT 1) END)
+    /* fragment: runs_matching */
     LIMIT $8
 ) matched;
 

@@ -12,6 +12,17 @@
 -- A job transition that decides on the run's state (cancel, deadline) first locks both in
 --   that order in a statement of its own (job_lock), as workflows do with run_lock_many.
 -- A job run and a workflow run are never the same run, so the two orders never meet.
+--
+-- Plans that statistics cannot turn: the run history only grows, and the task table changes
+-- faster than ANALYZE follows, so a hot statement reaches its rows by key in forms the
+-- planner can only plan one way. A run read per task is a scalar subquery (never turned into
+-- a join, its condition rated one half whatever the statistics say). A batch's tasks are
+-- locked one by one in a LATERAL subquery with FOR UPDATE (never pulled up: a nested loop
+-- over the keys, in id order). A write to a batch's rows also matches
+-- `key = ANY (ARRAY(SELECT ...))`: an index condition whose array the planner cannot size,
+-- so it reads the rows by key whether the batch is 1 row or 1,000 and the table 10 or 10
+-- million; a join alone would be hashed over a scan of the whole table once the batch looks
+-- large beside it.
 
 -- name: migrations_lock
 SELECT pg_advisory_xact_lock(1668899692, hashtext($1));
@@ -39,27 +50,32 @@ SELECT pg_advisory_xact_lock(1668899693, hashtext($1 || chr(31) || $2));
 
 -- name: job_insert_many
 -- Standalone jobs: a run row and a task row each, tasks in input order (the sequence order).
+-- $12, when not NULL, is a wakeup to NOTIFY on channel $11 at the statement's commit: only
+-- ever for an insert that commits on its own (Cyclone's autocommit statement, never a
+-- caller's transaction), which saves the wakeup a statement and a connection of its own.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs
         (id, name, job, input, queue, nodes, remaining, priority, max_attempts, deadline, trace)
     SELECT i.id, $3, true, i.input::jsonb, $4, 1, 1, $5, $7, $9, $10::jsonb
     FROM unnest($1::uuid[], $2::text[]) AS i (id, input)
+), task AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
+    SELECT i.id, $3, $4, $5, coalesce($6, now()), $7, $8
+    FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
+    ORDER BY i.ord
 )
-INSERT INTO __schema__.cyclone_tasks
-    (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
-SELECT i.id, $3, $4, $5, coalesce($6, now()), $7, $8
-FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
-ORDER BY i.ord;
+SELECT pg_notify($11, $12) WHERE $12::text IS NOT NULL;
 
 -- name: job_insert_unique
--- One standalone job with a unique key ($11; the rest as job_insert_many, for one job). A
--- key held by an active run inserts nothing: ON CONFLICT keeps the caller's transaction
--- usable where an error would abort it.
+-- One standalone job with a unique key ($13; the rest as job_insert_many, for one job, and
+-- the wakeup only if it was inserted). A key held by an active run inserts nothing: ON
+-- CONFLICT keeps the caller's transaction usable where an error would abort it.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
          deadline, trace)
-    VALUES ($1, $3, true, $2::jsonb, $4, $11, 1, 1, $5, $7, $9, $10::jsonb)
+    VALUES ($1, $3, true, $2::jsonb, $4, $13, 1, 1, $5, $7, $9, $10::jsonb)
     ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
     DO NOTHING
     RETURNING r.id
@@ -68,7 +84,8 @@ WITH run AS (
         (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
     SELECT id, $3, $4, $5, coalesce($6, now()), $7, $8 FROM run
 )
-SELECT count(*)::int FROM run;
+SELECT c.n, (SELECT pg_notify($11, $12) WHERE $12::text IS NOT NULL AND c.n > 0)
+FROM (SELECT count(*)::int AS n FROM run) c;
 
 -- name: job_find_unique
 SELECT id FROM __schema__.cyclone_runs
@@ -122,38 +139,196 @@ FROM __schema__.cyclone_runs WHERE name = $1 AND key = $2;
 -- sequence is live (available, running, or failed and blocking). The claim commits without
 -- waiting for its WAL flush: a claim lost in a crash only makes the task available again,
 -- which is what a crash does to it anyway.
+--
+-- The tasks are chosen from cyclone_tasks alone, walking the claim index, and each one's run
+-- is read by its key in a scalar subquery: PostgreSQL never turns a scalar subquery into a
+-- join, and it rates a subquery's condition at one half whatever the statistics say. As a
+-- join, a run history whose statistics know of no pending run (the usual state right after
+-- a burst of enqueues: autovacuum analyzes the small task table long before the run
+-- history) was planned as a scan of every run, then a sort.
+--
+-- Flow control (migration 0008, docs/flow-control.md), in the same statement. A paused
+-- queue starts nothing. The tasks of each group key ('' for none) are taken in claim order,
+-- the keys in turns: the keys with fewer running tasks first (ties in random order), every
+-- key's first task, then every key's second. A queue with one key counts nothing.
+-- A limited queue's row (and a limited kind's) is locked, so that its claims take turns, and
+-- each claim that starts work bumps its version. Running tasks are counted in this
+-- statement's snapshot, which a claim committed while this one waited for the lock is not
+-- in: so a claim whose snapshot saw an older version than the row it locked starts nothing
+-- and says to claim again at once (a version equal to the snapshot's proves that every claim
+-- of the queue is in the snapshot; a task that ended since is counted still, which is safe).
+-- After the tasks, one row with a NULL id may follow, when a limit held the claim back:
+-- retry_in is how many seconds until it can start more (0: at once; NULL: when a task ends).
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
-), picked AS (
-    SELECT t.run_id, t.id, r.name, r.input::text AS input, r.trace::text AS trace
-    FROM __schema__.cyclone_tasks t
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
-    WHERE t.state = 'available' AND t.queue = $1 AND t.available_at <= now()
-      AND t.kind = ANY ($2::text[])
-      -- A failed run starts nothing more, not even a node whose attempt failed or whose
-      -- lease expired after the run failed; retry_all re-opens the run and so the task.
-      AND r.state = 'pending'
-      -- A node's input may need its workflow's input function: only workers that know
-      -- the workflow take its nodes.
-      AND (t.node IS NULL OR r.name = ANY ($6::text[]))
-      AND (t.sequence_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM __schema__.cyclone_tasks h
-            WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key AND h.id < t.id))
-    ORDER BY t.priority DESC, t.available_at, t.id
-    LIMIT $3
-    FOR UPDATE OF t SKIP LOCKED
+), seen AS MATERIALIZED (  -- the queue's row in this statement's snapshot; none: no limits
+    SELECT q.paused, q.version,
+        q.concurrency IS NOT NULL OR q.rate IS NOT NULL OR q.key_concurrency IS NOT NULL
+            AS limited
+    FROM __schema__.cyclone_queues q WHERE q.queue = $1
+), gate AS MATERIALIZED (  -- a limited queue's row, locked: its newest version
+    SELECT q.version, q.concurrency, q.key_concurrency, q.rate, q.per,
+        least(q.rate, q.tokens + greatest(0, extract(epoch FROM now() - q.refilled_at))
+                                 * q.rate / q.per) AS tokens
+    FROM __schema__.cyclone_queues q
+    WHERE q.queue = $1 AND (SELECT s.limited AND NOT s.paused FROM seen s)
+    FOR NO KEY UPDATE
+), kind_seen AS MATERIALIZED (  -- the limited kinds among those served, in the snapshot
+    SELECT k.kind, k.version FROM __schema__.cyclone_kind_limits k
+    WHERE k.kind = ANY ($2::text[]) AND (k.concurrency IS NOT NULL OR k.rate IS NOT NULL)
+      AND NOT coalesce((SELECT s.paused FROM seen s), false)
+), kind_gate AS MATERIALIZED (  -- their rows, locked in kind order (after the queue's)
+    SELECT k.kind, k.version, k.concurrency, k.rate, k.per,
+        least(k.rate, k.tokens + greatest(0, extract(epoch FROM now() - k.refilled_at))
+                                 * k.rate / k.per) AS tokens
+    FROM __schema__.cyclone_kind_limits k
+    -- (after the queue's row: the always-true count makes gate's lock come first)
+    WHERE k.kind = ANY (ARRAY(SELECT kind FROM kind_seen)) AND (SELECT count(*) FROM gate) >= 0
+    ORDER BY k.kind
+    FOR NO KEY UPDATE
+), stale AS MATERIALIZED (  -- a claim committed after this statement's snapshot was taken
+    SELECT coalesce((SELECT s.limited AND NOT s.paused FROM seen s), false)
+           AND (SELECT g.version FROM gate g) IS DISTINCT FROM (SELECT s.version FROM seen s)
+        OR EXISTS (SELECT 1 FROM kind_seen s LEFT JOIN kind_gate g ON g.kind = s.kind
+                   WHERE g.version IS DISTINCT FROM s.version) AS stale
+), kind_free AS MATERIALIZED (  -- what each limited kind may start now
+    SELECT g.kind, g.rate, g.per, g.tokens,
+        greatest(0, least(
+            CASE WHEN g.concurrency IS NOT NULL THEN g.concurrency
+                - (SELECT count(*) FROM __schema__.cyclone_tasks r
+                   WHERE r.state = 'running' AND r.group_key IS NOT NULL
+                     AND r.kind = g.kind) END,
+            floor(g.tokens)))::int AS free
+    FROM kind_gate g
+), allow AS MATERIALIZED (  -- what the queue may start now: none if paused or stale
+    SELECT CASE WHEN coalesce((SELECT s.paused FROM seen s), false) OR (SELECT stale FROM stale)
+        THEN 0
+        ELSE greatest(0, least($3,
+            (SELECT CASE WHEN g.concurrency IS NOT NULL THEN g.concurrency
+                 - (SELECT count(*) FROM __schema__.cyclone_tasks r
+                    WHERE r.state = 'running' AND r.group_key IS NOT NULL
+                      AND r.queue = $1) END FROM gate g),
+            (SELECT floor(g.tokens) FROM gate g)))::int
+        END AS n
+), keys AS MATERIALIZED (  -- the keys with available tasks: one claim index probe each
+    WITH RECURSIVE k (key) AS (
+        (SELECT t.group_key FROM __schema__.cyclone_tasks t
+         WHERE t.state = 'available' AND t.queue = $1 AND (SELECT n FROM allow) > 0
+         ORDER BY t.group_key LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.group_key FROM __schema__.cyclone_tasks t
+                WHERE t.state = 'available' AND t.queue = $1 AND t.group_key > k.key
+                ORDER BY t.group_key LIMIT 1)
+        FROM k WHERE k.key IS NOT NULL
+    )
+    SELECT key FROM k WHERE key IS NOT NULL
+), room AS MATERIALIZED (  -- each key's running tasks (when there is more than one key)
+    SELECT k.key, r.running,
+        CASE WHEN k.key <> '' THEN (SELECT g.key_concurrency FROM gate g) - r.running END
+            AS free
+    FROM keys k
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN (SELECT count(*) FROM keys) > 1
+                      OR (k.key <> '' AND (SELECT g.key_concurrency FROM gate g) IS NOT NULL)
+            THEN (SELECT count(*) FROM __schema__.cyclone_tasks r
+                  WHERE r.state = 'running' AND r.group_key IS NOT NULL AND r.queue = $1
+                    AND r.group_key = k.key)
+            ELSE 0 END AS running
+    ) r
+), turns AS MATERIALIZED (  -- up to n keys with room, in turn, each to take its share
+    SELECT key, free, row_number() OVER (ORDER BY running, random()) AS turn
+    FROM room WHERE free IS NULL OR free > 0
+    ORDER BY running, random()
+    LIMIT (SELECT n FROM allow)
+), picked AS MATERIALIZED (
+    SELECT u.turn, c.run_id, c.id, c.kind, c.priority, c.available_at
+    FROM turns u
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id, t.kind, t.priority, t.available_at
+        FROM __schema__.cyclone_tasks t
+        WHERE t.state = 'available' AND t.queue = $1 AND t.group_key = u.key
+          AND t.available_at <= now() AND t.kind = ANY ($2::text[])
+          -- A failed run starts nothing more, not even a node whose attempt failed or whose
+          -- lease expired after the run failed; retry_all re-opens the run and so the task.
+          -- A node's input may need its workflow's input function: only workers that know
+          -- the workflow take its nodes.
+          AND (SELECT r.state = 'pending' AND (t.node IS NULL OR r.name = ANY ($6::text[]))
+               FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+          AND (t.sequence_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM __schema__.cyclone_tasks h
+                WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key AND h.id < t.id))
+        ORDER BY t.priority DESC, t.available_at, t.id
+        LIMIT least(u.free, ceil((SELECT n FROM allow)::float8 / (SELECT count(*) FROM turns)))
+        FOR UPDATE OF t SKIP LOCKED
+    ) c
+), chosen AS MATERIALIZED (  -- in turns: every key's first task, then every key's second...
+    SELECT p.run_id, p.id, p.rank, p.turn
+    FROM (
+        SELECT p.*, row_number() OVER (PARTITION BY p.kind ORDER BY p.rank, p.turn) AS nth
+        FROM (
+            SELECT p.*, row_number() OVER (
+                PARTITION BY p.turn ORDER BY p.priority DESC, p.available_at, p.id) AS rank
+            FROM picked p
+        ) p
+    ) p
+    LEFT JOIN kind_free f ON f.kind = p.kind
+    WHERE f.kind IS NULL OR p.nth <= f.free  -- within each limited kind's room
+    ORDER BY p.rank, p.turn
+    LIMIT (SELECT n FROM allow)
+), claimed AS (
+    UPDATE __schema__.cyclone_tasks t
+    SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
+        lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
+    FROM chosen, async_commit
+    WHERE t.run_id = chosen.run_id AND t.id = chosen.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM chosen))
+    RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
+        -- The claimed tasks' runs, by key again (one read for the three columns).
+        (SELECT ARRAY[r.name, r.input::text, r.trace::text]
+         FROM __schema__.cyclone_runs r WHERE r.id = t.run_id) AS run,
+        (SELECT jsonb_object_agg(e.parent, s.output)::text
+         FROM __schema__.cyclone_edges e
+         JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
+         WHERE e.run_id = t.run_id AND e.child = t.node) AS deps
+), counted AS (  -- a limited queue's row: a new version, the bucket less what started
+    UPDATE __schema__.cyclone_queues q
+    SET version = q.version + 1, refilled_at = now(),
+        tokens = CASE WHEN q.rate IS NOT NULL THEN g.tokens - c.n ELSE 0 END
+    FROM gate g, (SELECT count(*) AS n FROM claimed) c
+    WHERE q.queue = $1 AND c.n > 0
+    RETURNING q.rate, q.per, q.tokens
+), kinds_counted AS (  -- likewise for each limited kind that started work
+    UPDATE __schema__.cyclone_kind_limits k
+    SET version = k.version + 1, refilled_at = now(),
+        tokens = CASE WHEN k.rate IS NOT NULL THEN f.tokens - c.n ELSE 0 END
+    FROM kind_free f, (SELECT kind, count(*) AS n FROM claimed GROUP BY kind) c
+    WHERE k.kind = f.kind AND c.kind = f.kind
+    RETURNING k.rate, k.per, k.tokens
+), held AS (  -- whether a limit held the claim back, and until when
+    SELECT CASE
+        WHEN (SELECT stale FROM stale) THEN 0
+        -- Keys took their shares and more may be waiting: claim again at once.
+        WHEN (SELECT count(*) FROM turns) > 1 AND (SELECT count(*) FROM claimed) > 0
+             AND (SELECT count(*) FROM claimed) < (SELECT n FROM allow) THEN 0
+        ELSE (SELECT min((1 - b.tokens) * b.per / b.rate) FROM (
+                  SELECT rate, per, tokens FROM counted
+                  UNION ALL SELECT rate, per, tokens FROM kinds_counted
+                  UNION ALL SELECT rate, per, tokens FROM gate
+                  WHERE NOT EXISTS (SELECT 1 FROM counted)
+                  UNION ALL SELECT f.rate, f.per, f.tokens FROM kind_free f
+                  WHERE NOT EXISTS (SELECT 1 FROM kinds_counted)) b
+              WHERE b.rate IS NOT NULL AND b.tokens < 1)
+        END AS retry_in
+    WHERE (SELECT count(*) FROM claimed) < $3
+      AND ((SELECT stale FROM stale) OR EXISTS (SELECT 1 FROM gate)
+           OR EXISTS (SELECT 1 FROM kind_gate)
+           OR ((SELECT count(*) FROM turns) > 1 AND (SELECT count(*) FROM claimed) > 0))
 )
-UPDATE __schema__.cyclone_tasks t
-SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
-    lease_until = now() + make_interval(secs => $4), worker = $5, started_at = now()
-FROM picked, async_commit
-WHERE t.run_id = picked.run_id AND t.id = picked.id
-RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
-    picked.name, picked.input, picked.trace,
-    (SELECT jsonb_object_agg(e.parent, s.output)::text
-     FROM __schema__.cyclone_edges e
-     JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
-     WHERE e.run_id = t.run_id AND e.child = t.node) AS deps;
+SELECT id, run_id, node, kind, attempt, max_attempts, claims,
+    run[1] AS name, run[2] AS input, run[3] AS trace, deps, NULL::float8 AS retry_in
+FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, retry_in FROM held;
 
 -- name: task_heartbeat
 -- Extend the leases of tasks this worker still owns; a task missing from the result was
@@ -162,31 +337,36 @@ WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ), mine AS (
     SELECT t.run_id, t.id
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[]) AS h (run_id, id, claims)
-      ON t.run_id = h.run_id AND t.id = h.id AND t.claims = h.claims
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[]) AS h (run_id, id, claims)
+          ORDER BY h.id) h
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = h.run_id AND t.id = h.id AND t.claims = h.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 )
 UPDATE __schema__.cyclone_tasks t SET lease_until = now() + make_interval(secs => $4)
-FROM mine, async_commit WHERE t.run_id = mine.run_id AND t.id = mine.id
+FROM mine, async_commit
+WHERE t.run_id = mine.run_id AND t.id = mine.id
+  AND t.run_id = ANY (ARRAY(SELECT run_id FROM mine))
 RETURNING t.id, t.claims;
 
 -- name: task_pending_work
 -- Whether a worker serving kinds $1 and workflows $2 has work running, or claimable now by
--- the rules of task_claim (for draining in tests).
+-- the rules of task_claim (for draining in tests); runs are read by key, as there.
 SELECT EXISTS (
     SELECT 1 FROM __schema__.cyclone_tasks t
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.kind = ANY ($1::text[])
-      AND (t.node IS NULL OR r.name = ANY ($2::text[]))
       AND (t.state = 'running'
-           OR (t.state = 'available' AND t.available_at <= now() AND r.state = 'pending'
+           OR (t.state = 'available' AND t.available_at <= now()
                AND (t.sequence_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM __schema__.cyclone_tasks h
                     WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key
                       AND h.id < t.id))))
+      AND (SELECT (t.state = 'running' OR r.state = 'pending')
+                  AND (t.node IS NULL OR r.name = ANY ($2::text[]))
+           FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
 );
 
 -- name: run_lock_many
@@ -199,51 +379,59 @@ WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE;
 -- cancelled) matches nothing: that completion is rejected.
 WITH fenced AS (
     SELECT t.run_id, t.id, c.output
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[]) AS c (run_id, id, claims, output)
-      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[])
+              AS c (run_id, id, claims, output)
+          ORDER BY c.id) c
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 ), done AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced))
     RETURNING t.id, t.claims, t.run_id, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_runs r
 SET state = 'completed', output = d.output::jsonb, remaining = 0, attempts = d.attempt,
     errors = d.errors, finished_at = now(), completed_task = d.id, completed_claims = d.claims
 FROM done d
-WHERE r.id = d.run_id AND r.state = 'pending'
+WHERE r.id = d.run_id AND r.state = 'pending' AND r.id = ANY (ARRAY(SELECT run_id FROM done))
 RETURNING d.id, d.claims, r.id AS run_id;
 
 -- name: attempts_completed
 -- Which of these attempts (run, node or NULL for a job, task id, claim count) completed
 -- their job or node: after a completion write whose reply was lost, whether it committed.
 -- (task id, claims) names one attempt for good: ids are never reused, every claim counts up.
+-- Each attempt's run or step by key (an EXISTS here is hashed over the whole history).
 SELECT a.run_id, a.node
 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[]) AS a (run_id, node, task, claims)
-WHERE (a.node IS NULL AND EXISTS (
-          SELECT 1 FROM __schema__.cyclone_runs r
-          WHERE r.id = a.run_id AND r.completed_task = a.task AND r.completed_claims = a.claims))
-   OR (a.node IS NOT NULL AND EXISTS (
-          SELECT 1 FROM __schema__.cyclone_steps s
-          WHERE s.run_id = a.run_id AND s.node = a.node
-            AND s.completed_task = a.task AND s.completed_claims = a.claims));
+WHERE CASE WHEN a.node IS NULL
+    THEN (SELECT r.completed_task = a.task AND r.completed_claims = a.claims
+          FROM __schema__.cyclone_runs r WHERE r.id = a.run_id)
+    ELSE (SELECT s.completed_task = a.task AND s.completed_claims = a.claims
+          FROM __schema__.cyclone_steps s WHERE s.run_id = a.run_id AND s.node = a.node)
+    END;
 
 -- name: node_finish_many
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
 WITH fenced AS (
     SELECT t.run_id, t.id, c.output
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[]) AS c (run_id, id, claims, output)
-      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[])
+              AS c (run_id, id, claims, output)
+          ORDER BY c.id) c
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 ), done AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced))
     RETURNING t.id, t.claims, t.run_id, t.node, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_steps s
@@ -251,6 +439,7 @@ SET state = 'completed', output = d.output::jsonb, attempts = d.attempt, errors 
     finished_at = now(), completed_task = d.id, completed_claims = d.claims
 FROM done d
 WHERE s.run_id = d.run_id AND s.node = d.node
+  AND s.run_id = ANY (ARRAY(SELECT run_id FROM done))
 RETURNING d.id, d.claims, s.run_id, s.node;
 
 -- name: wait_finish_many
@@ -278,18 +467,22 @@ WITH done AS (
         wait_until = CASE WHEN c.pending_deps = x.n AND x.open AND c.kind IS NULL
                           THEN now() + make_interval(secs => c.wait_timeout) END
     FROM (
-        SELECT e.run_id, e.child, count(*)::int AS n, bool_and(r.state = 'pending') AS open
+        SELECT e.run_id, e.child, count(*)::int AS n,
+               bool_and((SELECT r.state = 'pending' FROM __schema__.cyclone_runs r
+                         WHERE r.id = d.run_id)) AS open
         FROM done d
         JOIN __schema__.cyclone_edges e ON e.run_id = d.run_id AND e.parent = d.node
-        JOIN __schema__.cyclone_runs r ON r.id = d.run_id
         GROUP BY e.run_id, e.child
     ) x
     WHERE c.run_id = x.run_id AND c.node = x.child
+      AND c.run_id = ANY (ARRAY(SELECT run_id FROM done))
     RETURNING c.run_id, c.node, c.kind, c.queue, c.priority, c.max_attempts, c.state,
               c.pending_deps, c.signal IS NOT NULL AS signalled
 ), queued AS (
-    INSERT INTO __schema__.cyclone_tasks (run_id, node, kind, queue, priority, max_attempts)
-    SELECT run_id, node, kind, queue, priority, max_attempts
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, max_attempts, group_key)
+    SELECT run_id, node, kind, queue, priority, max_attempts,
+           coalesce((SELECT r.group_key FROM __schema__.cyclone_runs r WHERE r.id = run_id), '')
     FROM released WHERE state = 'queued' AND pending_deps = 0
 ), counted AS (
     UPDATE __schema__.cyclone_runs r
@@ -299,7 +492,7 @@ WITH done AS (
         finished_at = CASE WHEN r.state = 'pending' AND r.remaining = x.n
                            THEN now() ELSE r.finished_at END
     FROM (SELECT run_id, count(*)::int AS n FROM done GROUP BY run_id) x
-    WHERE r.id = x.run_id
+    WHERE r.id = x.run_id AND r.id = ANY (ARRAY(SELECT run_id FROM done))
     RETURNING r.id, r.state
 )
 SELECT 'queue' AS what, queue AS value, NULL::uuid AS run_id, NULL::text AS node
@@ -316,25 +509,30 @@ SELECT 'ended', state, id, NULL FROM counted WHERE state <> 'pending';
 -- failed meanwhile (a failed workflow lets running nodes finish), the node is parked as
 -- run_fail parks unstarted ones: no available task is left in a run that starts nothing.
 WITH fenced AS (
-    SELECT t.run_id, t.id, c.delay, c.refund, r.state = 'pending' AS open,
+    SELECT t.run_id, t.id, c.delay, c.refund,
+           (SELECT r.state = 'pending' FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+               AS open,
            CASE WHEN c.error IS NULL THEN t.errors ELSE t.errors || c.error::jsonb END AS errors
-    FROM __schema__.cyclone_tasks t
-    JOIN unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[], $6::bool[])
-        AS c (run_id, id, claims, delay, error, refund)
-      ON t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
-    WHERE t.state = 'running'
-    ORDER BY t.id
-    FOR UPDATE OF t
+    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::float8[], $5::text[],
+                               $6::bool[]) AS c (run_id, id, claims, delay, error, refund)
+          ORDER BY c.id) c
+    CROSS JOIN LATERAL (
+        SELECT t.run_id, t.id, t.errors FROM __schema__.cyclone_tasks t
+        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+          AND t.state = 'running'
+        FOR UPDATE
+    ) t
 ), parked AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id AND NOT f.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced WHERE NOT open))
     RETURNING t.id, t.run_id, t.node, t.attempt - f.refund::int AS attempt, f.errors
 ), park AS (
     UPDATE __schema__.cyclone_steps s
     SET state = 'pending', attempts = p.attempt, errors = p.errors
     FROM parked p
     WHERE s.run_id = p.run_id AND s.node = p.node
+      AND s.run_id = ANY (ARRAY(SELECT run_id FROM parked))
 ), retried AS (
     UPDATE __schema__.cyclone_tasks t
     SET state = 'available', available_at = now() + make_interval(secs => f.delay),
@@ -342,6 +540,7 @@ WITH fenced AS (
         errors = f.errors
     FROM fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id AND f.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced WHERE open))
     RETURNING t.id, t.queue
 )
 SELECT id, queue FROM retried
@@ -460,13 +659,15 @@ ORDER BY deadline LIMIT $1;
 -- available at once, the lost attempt recorded as an error; parked instead if their run
 -- failed meanwhile, as in task_retry_many.
 WITH expired AS (
-    SELECT t.run_id, t.id, r.state = 'pending' AS open, coalesce(t.worker, '?') AS lost_by,
+    SELECT t.run_id, t.id,
+           (SELECT r.state = 'pending' FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+               AS open,
+           coalesce(t.worker, '?') AS lost_by,
            t.errors || jsonb_build_object(
                'attempt', t.attempt, 'type', 'LeaseExpired', 'at', now(),
                'message', 'the lease expired: worker ' || coalesce(t.worker, '?')
                           || ' stopped renewing it') AS errors
     FROM __schema__.cyclone_tasks t
-    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
     WHERE t.state = 'running' AND t.lease_until < now() AND t.attempt < t.max_attempts
     ORDER BY t.id
     LIMIT $1
@@ -474,18 +675,21 @@ WITH expired AS (
 ), parked AS (
     DELETE FROM __schema__.cyclone_tasks t USING expired e
     WHERE t.run_id = e.run_id AND t.id = e.id AND NOT e.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM expired WHERE NOT open))
     RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, e.errors, e.lost_by
 ), park AS (
     UPDATE __schema__.cyclone_steps s
     SET state = 'pending', attempts = p.attempt, errors = p.errors
     FROM parked p
     WHERE s.run_id = p.run_id AND s.node = p.node
+      AND s.run_id = ANY (ARRAY(SELECT run_id FROM parked))
 ), reclaimed AS (
     UPDATE __schema__.cyclone_tasks t
     SET state = 'available', available_at = now(), lease_until = NULL, worker = NULL,
         errors = e.errors
     FROM expired e
     WHERE t.run_id = e.run_id AND t.id = e.id AND e.open
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM expired WHERE open))
     RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.queue, e.lost_by
 )
 SELECT id, run_id, node, kind, attempt, max_attempts, queue, lost_by FROM reclaimed
@@ -549,11 +753,12 @@ WITH revived AS (
     UPDATE __schema__.cyclone_runs
     SET state = 'pending', error = NULL, finished_at = NULL, attempts = 0
     WHERE id = $1 AND state = 'failed' AND (SELECT count(*) FROM revived) >= 0
-    RETURNING id, name, queue, priority, max_attempts, errors
+    RETURNING id, name, queue, priority, max_attempts, errors, group_key
 ), queued AS (
     -- The new task carries the errors of earlier attempts, so the history survives.
-    INSERT INTO __schema__.cyclone_tasks (run_id, kind, queue, priority, max_attempts, errors)
-    SELECT id, name, queue, priority, max_attempts, errors FROM r
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, kind, queue, priority, max_attempts, errors, group_key)
+    SELECT id, name, queue, priority, max_attempts, errors, coalesce(group_key, '') FROM r
     WHERE NOT EXISTS (SELECT 1 FROM revived)
 )
 SELECT queue FROM r;
@@ -624,8 +829,10 @@ WITH open_run AS (
     -- A released node's task carries its attempts and errors so far (a parked node goes on
     -- where it stopped; a failed one was reset to none), so the history survives.
     INSERT INTO __schema__.cyclone_tasks
-        (run_id, node, kind, queue, priority, max_attempts, attempt, errors)
-    SELECT run_id, node, kind, queue, priority, max_attempts, attempts, errors FROM released
+        (run_id, node, kind, queue, priority, max_attempts, attempt, errors, group_key)
+    SELECT run_id, node, kind, queue, priority, max_attempts, attempts, errors,
+           coalesce((SELECT r.group_key FROM __schema__.cyclone_runs r WHERE r.id = run_id), '')
+    FROM released
     WHERE kind IS NOT NULL
 )
 SELECT kind IS NULL AS wait, queue, node, signalled FROM released;
@@ -731,14 +938,15 @@ WITH doomed AS (
     ORDER BY finished_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-), tasks AS (
-    DELETE FROM __schema__.cyclone_tasks WHERE run_id IN (SELECT id FROM doomed)
+), tasks AS (  -- each by key: an IN (...) here was hashed over a scan of the history
+    DELETE FROM __schema__.cyclone_tasks WHERE run_id = ANY (ARRAY(SELECT id FROM doomed))
 ), steps AS (
-    DELETE FROM __schema__.cyclone_steps WHERE run_id IN (SELECT id FROM doomed)
+    DELETE FROM __schema__.cyclone_steps WHERE run_id = ANY (ARRAY(SELECT id FROM doomed))
 ), edges AS (
-    DELETE FROM __schema__.cyclone_edges WHERE run_id IN (SELECT id FROM doomed)
+    DELETE FROM __schema__.cyclone_edges WHERE run_id = ANY (ARRAY(SELECT id FROM doomed))
 ), runs AS (
-    DELETE FROM __schema__.cyclone_runs WHERE id IN (SELECT id FROM doomed) RETURNING id
+    DELETE FROM __schema__.cyclone_runs WHERE id = ANY (ARRAY(SELECT id FROM doomed))
+    RETURNING id
 )
 SELECT count(*)::int FROM runs;
 
@@ -845,7 +1053,17 @@ SET seen_at = now(), expires_at = excluded.expires_at, queues = excluded.queues,
 -- A worker stopping gracefully removes its row.
 DELETE FROM __schema__.cyclone_workers WHERE id = $1;
 
+-- name: worker_list
+-- The live workers, newest first; the few rows of a table swept by every heartbeat.
+SELECT id, host, pid, queues, kinds, workflows, started_at, seen_at
+FROM __schema__.cyclone_workers
+WHERE expires_at >= now()
+ORDER BY started_at DESC, id;
+
 -- name: wakeup_notify
 -- One NOTIFY per payload, sent by Cyclone on its own connection, never in a caller's
--- transaction.
-SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p;
+-- transaction. Its commit need not wait for the WAL flush: a notification is a hint that
+-- no crash has to keep, and the server serializes notifying commits until they are done.
+SELECT pg_notify($1, p)
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit,
+     unnest($2::text[]) AS p;

@@ -57,7 +57,7 @@ logger = logging.getLogger("cyclone.testing")
 
 _STARTUP_TIMEOUT = 60  # seconds; generous because CI machines are small and loaded
 _START_ATTEMPTS = 3  # a port picked as free can be grabbed by someone else before we bind it
-_INITDB_OPTIONS = ("--username=postgres", "--auth=trust", "--encoding=UTF8", "--locale=C")
+INITDB_OPTIONS = ("--username=postgres", "--auth=trust", "--encoding=UTF8", "--locale=C")
 _BASE_SETTINGS = {"max_connections": "200", "shared_buffers": "128MB"}
 _SUMMARY_LIMIT = 300  # characters of one failure in PostgresUnavailableError
 # Crash safety is pointless for a cluster that is deleted afterwards, and it costs a lot of time.
@@ -195,7 +195,7 @@ def _from_testcontainers(tuning: Mapping[str, str]) -> Iterator[PostgresServer]:
         yield PostgresServer(container.get_connection_url(driver=None), "testcontainers")
 
 
-def _find_bindir() -> Path:
+def find_bindir() -> Path:
     candidates: list[Path] = []
     if on_path := shutil.which("initdb"):
         # Resolve symlinks such as /usr/local/bin/initdb so the source names the real install.
@@ -213,7 +213,7 @@ def _major_minor(bindir: Path) -> tuple[int, ...]:
     return tuple(int(part) for part in bindir.parent.name.split(".") if part.isdigit())
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -236,7 +236,7 @@ async def _wait_until_accepting(dsn: str) -> None:
 
 @contextlib.contextmanager
 def _from_initdb(tuning: Mapping[str, str]) -> Iterator[PostgresServer]:
-    bindir = _find_bindir()
+    bindir = find_bindir()
     with _cluster(bindir, tuning, f"initdb ({bindir})", relocatable=False) as server:
         yield server
 
@@ -282,6 +282,17 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
+def server_account() -> pwd.struct_passwd | None:
+    """The unprivileged account that servers run as when we are root (PostgreSQL and PgBouncer
+    refuse root): ``postgres`` if present, else ``nobody``; None when we are not root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        return pwd.getpwnam("nobody")
+
+
 @contextlib.contextmanager
 def _cluster(
     bindir: Path, tuning: Mapping[str, str], source: str, *, relocatable: bool
@@ -291,12 +302,7 @@ def _cluster(
     ``relocatable`` installs (the embedded wheel) are staged into the cluster's directory when
     an unprivileged account runs them; system installs are not relocatable and are run in place.
     """
-    account: pwd.struct_passwd | None = None
-    if os.geteuid() == 0:
-        try:
-            account = pwd.getpwnam("postgres")
-        except KeyError:
-            account = pwd.getpwnam("nobody")
+    account = server_account()
     tmp = Path(tempfile.mkdtemp(prefix="cyclone-pg-"))
     data, log = tmp / "data", tmp / "server.log"
 
@@ -331,11 +337,11 @@ def _cluster(
                 os.chown(path, account.pw_uid, account.pw_gid)
             if relocatable:  # from here on, run() and stop() use the staged binaries
                 bindir = _stage_binaries(bindir, tmp / "install")
-        init = run("initdb", f"--pgdata={data}", *_INITDB_OPTIONS, timeout=120)
+        init = run("initdb", f"--pgdata={data}", *INITDB_OPTIONS, timeout=120)
         if init.returncode:
             raise RuntimeError(f"initdb failed:\n{init.stdout}{init.stderr}")
         for _ in range(_START_ATTEMPTS):
-            port = _free_port()
+            port = free_port()
             options = {"listen_addresses": "127.0.0.1", "unix_socket_directories": "", **tuning}
             # pg_ctl hands -o to /bin/sh, hence the quoting (unix_socket_directories is empty).
             opts = " ".join(

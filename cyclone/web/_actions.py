@@ -9,8 +9,10 @@ resolves a filter to ids and states their count, and the action touches exactly 
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -58,6 +60,33 @@ class Actions:
     client: Client
     render: Renderer
     pages: Pages
+
+    def schedule_verbs(self) -> dict[str, Callable[[Request], Awaitable[Response]]]:
+        """The schedule actions by the verb that ends their path."""
+        return {
+            verb: functools.partial(self.schedule, verb=verb)
+            for verb in ("pause", "resume", "trigger")
+        }
+
+    async def schedule(self, request: Request, *, verb: str) -> Response:
+        """``client.schedules.pause/resume/trigger(name)`` for the path's schedule."""
+        name = request.path_params["name"]
+        schedules = self.client.schedules
+        try:
+            if verb == "pause":
+                await schedules.pause(name)
+                flash = {"text": f"Schedule {name!r} paused.", "error": False}
+            elif verb == "resume":
+                await schedules.resume(name)
+                flash = {"text": f"Schedule {name!r} resumes at its next slot.", "error": False}
+            else:
+                key = await schedules.trigger(name)
+                flash = {"text": f"Schedule {name!r} triggered: run key {key}.", "error": False}
+        except CycloneError as exc:
+            flash = {"text": f"Not done: {exc}", "error": True}
+        context = await self.pages.schedules_context(flash)
+        template = "_schedules_live.html" if request.headers.get("hx-request") else "schedules.html"
+        return self.render.page(request, template, 409 if flash["error"] else 200, **context)
 
     async def _after(
         self, request: Request, message: str, *, error: bool, status: int = 409
@@ -179,3 +208,32 @@ class Actions:
             except CycloneError as exc:
                 outcome.refused.append((run_id, str(exc)))
         return self.render.page(request, "bulk_done.html", outcome=outcome, verb=ACTIONS[action])
+
+    # Flow control from the overview (docs/flow-control.md).
+
+    async def queue_pause(self, request: Request) -> Response:
+        """``client.queues.pause(queue)``."""
+        return await self._queue(request, pause=True)
+
+    async def queue_resume(self, request: Request) -> Response:
+        """``client.queues.resume(queue)``."""
+        return await self._queue(request, pause=False)
+
+    async def _queue(self, request: Request, *, pause: bool) -> Response:
+        queue = request.path_params["queue"]
+        try:
+            if pause:
+                changed = await self.client.queues.pause(queue)
+            else:
+                changed = await self.client.queues.resume(queue)
+        except CycloneError as exc:
+            flash = {"text": f"Not {'paused' if pause else 'resumed'}: {exc}", "error": True}
+            status = 409
+        else:
+            done = "paused: workers claim nothing more from it" if pause else "resumed"
+            same = "was paused already" if pause else "was not paused"
+            flash = {"text": f"Queue {queue} {done if changed else same}.", "error": False}
+            status = 200
+        context = await self.pages.overview_context()
+        template = "_overview_live.html" if request.headers.get("hx-request") else "overview.html"
+        return self.render.page(request, template, status, flash=flash, **context)

@@ -85,6 +85,8 @@ def dashboard(
         Route("/overview/live", page(pages.overview_live)),
         Route("/runs", page(pages.runs)),
         Route("/runs/live", page(pages.runs_live)),
+        Route("/schedules", page(pages.schedules)),
+        Route("/schedules/live", page(pages.schedules_live)),
     ]
     if read_only is not True:
         routes += [
@@ -93,6 +95,12 @@ def dashboard(
             Route("/runs/{run_id}/retry", action(actions.retry), methods=["POST"]),
             Route("/runs/{run_id}/cancel", action(actions.cancel), methods=["POST"]),
             Route("/runs/{run_id}/signal", action(actions.signal), methods=["POST"]),
+            *(
+                Route(f"/schedules/{{name}}/{verb}", action(endpoint), methods=["POST"])
+                for verb, endpoint in actions.schedule_verbs().items()
+            ),
+            Route("/queues/{queue}/pause", action(actions.queue_pause), methods=["POST"]),
+            Route("/queues/{queue}/resume", action(actions.queue_resume), methods=["POST"]),
         ]
     routes += [
         Route("/runs/{run_id}", page(pages.run)),

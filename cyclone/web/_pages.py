@@ -36,13 +36,14 @@ class Pages:
 
     async def overview(self, request: Request) -> Response:
         """Per queue: live counts, the oldest wait, completions and failures per minute."""
-        return self.render.page(request, "overview.html", **await self._overview())
+        return self.render.page(request, "overview.html", **await self.overview_context())
 
     async def overview_live(self, request: Request) -> Response:
         """The overview's refreshed part."""
-        return self.render.page(request, "_overview_live.html", **await self._overview())
+        return self.render.page(request, "_overview_live.html", **await self.overview_context())
 
-    async def _overview(self) -> dict[str, Any]:
+    async def overview_context(self) -> dict[str, Any]:
+        """What the overview shows (also after a queue's pause or resume)."""
         stats = await self.client.stats()
         points = await self.client.throughput(minutes=THROUGHPUT_MINUTES)
         now = dt.datetime.now(dt.UTC)
@@ -54,10 +55,22 @@ class Pages:
             "queues": queues,
             "minutes": THROUGHPUT_MINUTES,
             "now": now,
-            # HOOK(worker presence): QueueStats/stats() gain the live workers with the worker
-            # registry; until then the overview says where that comes from.
-            "workers": None,
+            "workers": await self.client.workers(),
         }
+
+    # Schedules
+
+    async def schedules(self, request: Request) -> Response:
+        """Every stored schedule: timing, target, state, next slot and newest run."""
+        return self.render.page(request, "schedules.html", **await self.schedules_context())
+
+    async def schedules_live(self, request: Request) -> Response:
+        """The schedules table, refreshed."""
+        return self.render.page(request, "_schedules_live.html", **await self.schedules_context())
+
+    async def schedules_context(self, flash: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What the schedules page shows, with an action's outcome on top (``flash``)."""
+        return {"schedules": await self.client.schedules.list(), "flash": flash}
 
     # Runs
 

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from cyclone.testing._postgres import _INITDB_OPTIONS, _find_bindir, _free_port
+from cyclone.testing._postgres import INITDB_OPTIONS, find_bindir, free_port, server_account
 
 SETTINGS = {
     "listen_addresses": "127.0.0.1",
@@ -36,25 +36,16 @@ SETTINGS = {
 }
 
 
-def _account() -> pwd.struct_passwd | None:
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam("postgres")
-    except KeyError:
-        return pwd.getpwnam("nobody")
-
-
 class Cluster:
     """One PostgreSQL server on a data directory of its own, driven with ``pg_ctl``."""
 
     def __init__(self, root: Path, name: str, settings: Mapping[str, str] | None = None) -> None:
-        self.bindir = _find_bindir()
-        self.account = _account()
+        self.bindir = find_bindir()
+        self.account = server_account()
         self.root = root
         self.data = root / name
         self.log = root / f"{name}.log"
-        self.port = _free_port()
+        self.port = free_port()
         self.settings = {**SETTINGS, **(settings or {})}
 
     @property
@@ -140,12 +131,12 @@ def _chown(path: Path, account: pwd.struct_passwd | None) -> None:
 @contextlib.contextmanager
 def template_data() -> Iterator[Path]:
     """A data directory made by ``initdb`` once, for clusters to copy; removed afterwards."""
-    account = _account()
+    account = server_account()
     root = Path(tempfile.mkdtemp(prefix="cyclone-chaos-template-"))
     try:
         _chown(root, account)
         probe = Cluster(root, "data")
-        probe.run("initdb", f"--pgdata={probe.data}", *_INITDB_OPTIONS)
+        probe.run("initdb", f"--pgdata={probe.data}", *INITDB_OPTIONS)
         yield probe.data
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -154,7 +145,7 @@ def template_data() -> Iterator[Path]:
 @contextlib.contextmanager
 def cluster_from(template: Path, settings: Mapping[str, str] | None = None) -> Iterator[Cluster]:
     """A started cluster copied from ``template``; it and any standby are removed afterwards."""
-    account = _account()
+    account = server_account()
     root = Path(tempfile.mkdtemp(prefix="cyclone-chaos-"))
     try:
         _chown(root, account)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import uuid
@@ -393,3 +394,43 @@ async def test_retry_of_a_job_names_its_one_node(cyclone_env: CycloneEnv) -> Non
         failing["on"] = False
         await run.retry("retry.flaky")
         assert await run.result(timeout=30) == 7
+
+
+async def test_connections_go_back_to_the_pool(cyclone_env: CycloneEnv) -> None:
+    """A plain enqueue gives its connection back in the background, cancelled or not: on a
+    pool of one connection, every later call still gets it."""
+    pool = await asyncpg.create_pool(cyclone_env.dsn, min_size=1, max_size=1)
+    client = cyclone.Client(pool)
+    try:
+        cancelled = asyncio.get_running_loop().create_task(count_up.enqueue(client, 0))
+        await asyncio.sleep(0)  # it holds the connection now
+        cancelled.cancel()
+        async with asyncio.timeout(60):
+            handles = [await count_up.enqueue(client, i) for i in range(20)]
+            await client.aclose()
+        assert pool.get_idle_size() == pool.get_size() == 1
+        assert len({h.id for h in handles}) == 20
+    finally:
+        await pool.close()
+
+
+async def test_enqueues_in_a_row_share_one_connection(cyclone_env: CycloneEnv) -> None:
+    """Plain enqueues one after another keep their connection until the event loop's next
+    turn: no acquire, and so no reset round trip on release, between them."""
+    acquired = 0
+
+    async def setup(_conn: object) -> None:  # asyncpg calls it on every acquire
+        nonlocal acquired
+        acquired += 1
+
+    pool = await asyncpg.create_pool(cyclone_env.dsn, min_size=1, max_size=4, setup=setup)
+    client = cyclone.Client(pool)
+    try:
+        for i in range(20):
+            await count_up.enqueue(client, i)
+        assert acquired == 1
+        await asyncio.sleep(0)  # the loop turns: the connection goes back
+        await client.aclose()
+        assert pool.get_idle_size() == pool.get_size()
+    finally:
+        await pool.close()

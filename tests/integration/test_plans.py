@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 
@@ -114,3 +115,141 @@ async def test_outcome_writes_find_tasks_by_key_with_many_running(
         plan = await explain(cyclone_env, name, *args)
         assert "cyclone_tasks_pkey" in plan, (name, plan)
         assert "idx_tasks_lease" not in plan, (name, plan)
+
+
+# What Cyclone's completed jobs leave behind: the run row alone, completed, with its output,
+# attempt record and completing attempt (their task rows were deleted).
+_HISTORY = """
+INSERT INTO cyclone_runs
+    (id, name, job, state, input, output, queue, nodes, remaining, max_attempts, attempts,
+     created_at, finished_at, completed_task, completed_claims)
+SELECT gen_random_uuid(), 'plan.noop', true, 'completed', to_jsonb(g.i), 'null', 'plans', 1, 0,
+       1, 1, now() - make_interval(secs => g.i), now() - make_interval(secs => g.i), g.i, 1
+FROM generate_series(1, $1::int) AS g (i)
+"""
+
+
+def reads_of(plan: object, table: str) -> list[tuple[str, str, str]]:
+    """(node type, index or "", index condition or "") for every scan of ``table``."""
+    found: list[tuple[str, str, str]] = []
+    if isinstance(plan, dict):
+        node = plan.get("Node Type", "")
+        if plan.get("Relation Name") == table and node.endswith("Scan"):
+            index, cond = plan.get("Index Name", ""), plan.get("Index Cond", "")
+            if node == "Bitmap Heap Scan":  # by the index scans under it
+                under = [p for p in plan["Plans"] if p["Node Type"] == "Bitmap Index Scan"]
+                index = ",".join(p["Index Name"] for p in under)
+                cond = "" if len(under) != 1 else under[0].get("Index Cond", "")
+            found.append((node, index, cond))
+        for value in plan.values():
+            found += reads_of(value, table)
+    elif isinstance(plan, list):
+        for item in plan:
+            found += reads_of(item, table)
+    return found
+
+
+async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: CycloneEnv) -> None:
+    """A long run history analyzed while the queue was empty, then a burst of enqueues that no
+    ANALYZE of the history has seen (autovacuum analyzes the small task table long before):
+    the statistics know of no pending run. The claim and the outcome writes still reach runs
+    only by key, and never sort the history (the claim was planned as a scan of every run,
+    then a sort)."""
+    pool = cyclone_env.pool
+    for table in ("cyclone_runs", "cyclone_tasks", "cyclone_steps", "cyclone_edges"):
+        await pool.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    await pool.execute(_HISTORY, 30_000)
+    await pool.execute("VACUUM ANALYZE")
+    for _ in range(5):
+        await noop.enqueue_many(cyclone_env.client, list(range(2_000)))
+    q = cyclone_env.client.queries
+    async with pool.acquire() as conn:
+        rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 200, 30.0, "w", [])
+    run_ids, ids = [r["run_id"] for r in rows], [r["id"] for r in rows]
+    claims, n = [r["claims"] for r in rows], len(rows)
+    statements: list[tuple[str, tuple[object, ...]]] = [
+        ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
+        ("task_claim", ("plans", ["plan.noop"], 100, 30.0, "w", ["some.flow"])),
+        ("task_heartbeat", (run_ids, ids, claims, 30.0)),
+        ("job_complete_many", (run_ids, ids, claims, ["null"] * n)),
+        ("task_retry_many", (run_ids, ids, claims, [0.0] * n, [None] * n, [False] * n)),
+        ("task_reclaim", (100,)),
+        ("job_fail", (run_ids[0], ids[0], 1, "{}", False)),
+        ("attempts_completed", (run_ids, [None] * n, ids, claims)),
+        ("task_pending_work", (["plan.noop"], [])),
+        ("run_lock_many", (run_ids,)),
+        ("run_deadline_due", (100,)),
+        ("node_advance", (run_ids, ["a"] * n)),
+        ("run_purge", (dt.datetime.now(dt.UTC), ["completed"], 1_000)),
+    ]
+    # As right after the burst, then once autovacuum has analyzed the task table alone.
+    for analyzed in ("nothing", "cyclone_tasks"):
+        if analyzed == "cyclone_tasks":
+            await pool.execute("ANALYZE cyclone_tasks")
+        async with pool.acquire() as conn:
+            for mode in ("custom", "generic"):  # a connection's first plans, and its cached one
+                await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
+                for name, args in statements:
+                    statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {q[name]}")
+                    plan = json.loads(await statement.fetchval(*args))
+                    where = (name, analyzed, mode)
+                    # Runs by key only: never a scan of the history (nor a sort of one).
+                    for node, index, cond in reads_of(plan, "cyclone_runs"):
+                        assert node in ("Index Scan", "Bitmap Heap Scan"), (where, node, plan)
+                        # Pending runs with a deadline; finished runs, oldest first.
+                        if index not in ("idx_runs_deadline", "idx_runs_finished"):
+                            assert index == "cyclone_runs_pkey", (where, index, plan)
+                            assert cond.startswith("(id = "), (where, "all runs", plan)
+                    if name != "task_pending_work":  # a drain's check, which may read them all
+                        tasks = reads_of(plan, "cyclone_tasks")
+                        assert all(i for _, i, _ in tasks), (where, "reads every task", plan)
+
+
+async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv) -> None:
+    """A limited queue's claim (locked rows, running counts, keys in turns) and the flow
+    statements read tasks only by index, and runs only by key: analyzed while the queue was
+    empty, then a burst of grouped work, then analyzed with it."""
+    pool, client = cyclone_env.pool, cyclone_env.client
+    for table in ("cyclone_runs", "cyclone_tasks", "cyclone_queues", "cyclone_kind_limits"):
+        await pool.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    await pool.execute(_HISTORY, 30_000)
+    await pool.execute("VACUUM ANALYZE")
+    await client.queues.set_limits(
+        "plans", concurrency=50, rate=1000, per=1, key_concurrency=5, create=True
+    )
+    await client.queues.set_kind_limits("plan.noop", concurrency=40, rate=500, per=1)
+    for tenant in range(20):
+        await noop.enqueue_many(client, list(range(500)), group=f"t{tenant}")
+    await noop.enqueue_many(client, list(range(500)))
+    q = client.queries
+    async with pool.acquire() as conn:
+        rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 30, 30.0, "w", [])
+    assert len({r["id"] for r in rows}) == len(rows) > 0
+    statements: list[tuple[str, tuple[object, ...]]] = [
+        ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
+        ("task_claim", ("elsewhere", ["plan.noop"], 16, 30.0, "w", [])),
+        ("queue_known", ("plans",)),
+        ("queue_list", (None,)),
+        ("queue_limits_set", ("plans", 10, None, None, None)),
+        ("queue_pause_set", ("plans", False)),
+        ("kind_limits_set", ("plan.noop", 10, None, None)),
+    ]
+    for analyzed in ("nothing", "everything"):
+        if analyzed == "everything":
+            await pool.execute("ANALYZE")
+        async with pool.acquire() as conn:
+            for mode in ("custom", "generic"):
+                await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
+                for name, args in statements:
+                    statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {q[name]}")
+                    plan = json.loads(await statement.fetchval(*args))
+                    where = (name, analyzed, mode)
+                    for node, index, cond in reads_of(plan, "cyclone_runs"):
+                        assert index == "cyclone_runs_pkey", (where, node, plan)
+                        assert cond.startswith("(id = "), (where, "all runs", plan)
+                    tasks = reads_of(plan, "cyclone_tasks")
+                    assert all(i for _, i, _ in tasks), (where, "reads every task", plan)
+                    if args[0] == "plans" and name == "task_claim":
+                        used = {i for _, i, _ in tasks}
+                        assert {"idx_tasks_claim", "idx_tasks_running"} <= used, (where, used)
+                        assert "idx_tasks_running_kind" in used, (where, used)

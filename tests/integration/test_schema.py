@@ -14,7 +14,10 @@ TABLES = {
     "cyclone_edges",
     "cyclone_tasks",
     "cyclone_workers",
+    "cyclone_schedules",
     "cyclone_migrations",
+    "cyclone_queues",  # 0008_flow_control
+    "cyclone_kind_limits",
 }
 INDEXES = {
     "cyclone_runs_pkey",
@@ -34,6 +37,11 @@ INDEXES = {
     "cyclone_workers_pkey",
     "idx_workers_expires",
     "cyclone_migrations_pkey",
+    "cyclone_schedules_pkey",  # 0007_schedules
+    "cyclone_queues_pkey",  # 0008_flow_control
+    "cyclone_kind_limits_pkey",
+    "idx_tasks_running",
+    "idx_tasks_running_kind",
 }
 
 

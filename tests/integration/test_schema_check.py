@@ -3,54 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Iterator
 
 import pytest
 
 import cyclone
 from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv
+from tests.conftest import Records
 
 
 @cyclone.step("schema_check.echo", queue="schema_check")
 async def echo(ctx: cyclone.Context, n: int) -> int:
     return n
-
-
-class Records(logging.Handler):
-    """Cyclone's log records, with an event set on each one."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-        self.arrived = asyncio.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-        self.arrived.set()
-
-    def messages(self, containing: str) -> list[str]:
-        return [r.getMessage() for r in self.records if containing in r.getMessage()]
-
-    async def wait_for(self, containing: str) -> None:
-        async with asyncio.timeout(60):
-            while not self.messages(containing):
-                self.arrived.clear()
-                await self.arrived.wait()
-
-
-@pytest.fixture
-def records() -> Iterator[Records]:
-    handler = Records()
-    logger = logging.getLogger("cyclone")
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler
-    finally:
-        logger.setLevel(level)
-        logger.removeHandler(handler)
 
 
 async def test_a_migrated_schema_passes(cyclone_env: CycloneEnv) -> None:

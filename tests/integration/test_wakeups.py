@@ -315,3 +315,29 @@ async def test_maintenance_announces_what_committed_when_a_later_step_fails(
     await client.aclose()
     await listener.settle()
     assert listener.counts() == {"q:mail": 1}
+
+
+async def test_plain_enqueue_sends_its_wakeup_with_its_commit(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    """The insert's own statement carries the NOTIFY: the wakeup is out when enqueue returns,
+    so closing the pool right after (without client.aclose) loses nothing."""
+    pool = await asyncpg.create_pool(cyclone_env.dsn, min_size=1, max_size=2)
+    client = cyclone.Client(pool)
+    await mail.enqueue(client, 1)
+    await sms.enqueue(client, 2, unique="only")
+    with pytest.raises(cyclone.DuplicateError):  # inserts nothing, so wakes nobody
+        await sms.enqueue(client, 3, unique="only")
+    await pool.close()
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1, "q:sms": 1}
+
+
+async def test_sequenced_enqueue_publishes_after_its_transaction(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    """A sequenced enqueue commits its lock and insert together; its wakeup follows."""
+    await mail.enqueue(cyclone_env.client, 1, sequence="s")
+    await cyclone_env.client.aclose()
+    await listener.settle()
+    assert listener.counts() == {"q:mail": 1}

@@ -87,6 +87,14 @@ async def test_stats_show_unserved_work_and_live_workers(cyclone_env: CycloneEnv
             f"run {run.id} did not end within 0.5 s: node 'reserve' (cfg.reserve) on queue "
             "'cfg_orders' is available and no live worker serves it"
         )
+        [seen] = await client.workers()
+        assert (seen.id, seen.queues, seen.kinds, seen.workflows) == (
+            worker.id,
+            ["cfg_orders"],
+            ["cfg.reserve"],
+            [],
+        )
+        assert seen.seen_at >= seen.started_at
         row = await cyclone_env.pool.fetchrow("SELECT * FROM cyclone_workers")
         assert (row["id"], row["queues"], row["kinds"], row["workflows"]) == (
             worker.id,
@@ -97,6 +105,7 @@ async def test_stats_show_unserved_work_and_live_workers(cyclone_env: CycloneEnv
     [after] = await client.stats()
     assert (after.workers, after.unserved) == (0, 1)  # a graceful stop removes the worker
     assert await cyclone_env.pool.fetchval("SELECT count(*) FROM cyclone_workers") == 0
+    assert await client.workers() == []
     async with cyclone_env.worker(workflows=[checkout]):
         assert await run.wait(timeout=30) is cyclone.RunState.COMPLETED
 
@@ -110,6 +119,7 @@ async def test_expired_workers_are_ignored_then_swept(cyclone_env: CycloneEnv) -
     run = await send.enqueue(cyclone_env.client, 1)
     [stats] = await cyclone_env.client.stats()
     assert (stats.workers, stats.unserved) == (0, 1)  # the dead worker serves nothing
+    assert await cyclone_env.client.workers() == []
     with pytest.raises(TimeoutError, match=re.escape("job 'cfg.send' on queue 'cfg_mail'")):
         await run.wait(timeout=0.2)
     async with cyclone_env.worker(steps=[reserve]):  # its first heartbeat sweeps

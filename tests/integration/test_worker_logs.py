@@ -7,54 +7,13 @@ import asyncio
 import io
 import json
 import logging
-import re
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import PYTHON_BLOCK, ROOT
+from tests.conftest import PYTHON_BLOCK, ROOT, Records
 
 FIELDS = ("run_id", "kind", "node", "attempt", "max_attempts", "queue", "worker")
-
-
-class Records(logging.Handler):
-    """Keeps the ``cyclone`` logger's records and lets a test await one."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-        self.arrived = asyncio.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-        self.arrived.set()
-
-    async def first(self, pattern: str) -> logging.LogRecord:
-        """The first record whose message matches ``pattern``, waiting for it if need be."""
-        async with asyncio.timeout(30):
-            while True:
-                for record in self.records:
-                    if re.fullmatch(pattern, record.getMessage()):
-                        return record
-                self.arrived.clear()
-                await self.arrived.wait()
-
-
-@pytest.fixture
-def records() -> Iterator[Records]:
-    handler = Records()
-    logger = logging.getLogger("cyclone")
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
 
 
 def fields(record: logging.LogRecord) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from cyclone.testing._postgres import PostgresServer, _free_port
+from cyclone.testing._postgres import PostgresServer, free_port, server_account
 
 
 @dataclass(frozen=True)
@@ -38,15 +37,6 @@ class Bouncer:
         return urlsplit(dsn)._replace(netloc=f"postgres@127.0.0.1:{self.port}").geturl()
 
 
-def _account() -> pwd.struct_passwd | None:
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam("postgres")
-    except KeyError:
-        return pwd.getpwnam("nobody")
-
-
 @pytest.fixture(scope="session")
 def pgbouncer(cyclone_server: PostgresServer) -> Iterator[Bouncer]:
     """A PgBouncer (pool_mode=transaction) forwarding every database to the session's server."""
@@ -54,9 +44,9 @@ def pgbouncer(cyclone_server: PostgresServer) -> Iterator[Bouncer]:
     if not Path(binary).is_file():
         pytest.skip("no pgbouncer binary (apt-get install pgbouncer)")
     server = urlsplit(cyclone_server.dsn)
-    account = _account()
+    account = server_account()
     tmp = Path(tempfile.mkdtemp(prefix="cyclone-pgbouncer-"))
-    port = _free_port()
+    port = free_port()
     (tmp / "userlist.txt").write_text('"postgres" ""\n')
     (tmp / "pgbouncer.ini").write_text(
         "[databases]\n"

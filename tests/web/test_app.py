@@ -29,7 +29,7 @@ def assert_escaped(html: str) -> None:
     assert "&lt;script&gt;document.title=" in html and "&lt;b&gt;bold&lt;/b&gt;" in html
 
 
-async def test_overview_shows_queues_throughput_and_the_worker_hook(
+async def test_overview_shows_queues_throughput_and_workers(
     cyclone_env: CycloneEnv, make_dash: Make
 ) -> None:
     await failed_run(cyclone_env)
@@ -42,9 +42,13 @@ async def test_overview_shows_queues_throughput_and_the_worker_hook(
         for queue in ("web", "payments"):
             assert f'data-queue="{queue}"' in html
         assert "1 completed" in html and "1 failed" in html  # fetch; charge
-        assert "Worker presence needs cyclone-pg's worker registry." in html
+        assert 'id="no-workers"' in html and "data-worker=" not in html
         live = await dash.get("/overview/live", headers={"HX-Request": "true"})
         assert live.text.startswith('<div id="live"') and "<html" not in live.text
+        async with cyclone_env.worker(steps=STEPS, workflows=WORKFLOWS) as worker:
+            live = await dash.get("/overview/live", headers={"HX-Request": "true"})
+            assert f'data-worker="{worker.id}"' in live.text
+            assert 'id="no-workers"' not in live.text
 
 
 async def test_runs_list_filters_and_pages(cyclone_env: CycloneEnv, make_dash: Make) -> None:
