@@ -70,6 +70,7 @@ async def run(
     for line in figures.error_lines:
         print(f"ERROR line: {line}")
     assert (figures.lost, figures.duplicated) == (0, 0), figures
+    assert figures.false_errors == 0, "an ERROR line about an attempt that in fact committed"
     assert exits == [0] * len(exits), "a worker did not stop cleanly"
     assert not idle, f"workers {idle} ran on but did no work after the fault"
     assert figures.jobs > RATE * PRE, "the producer did not keep its rate"
