@@ -1,120 +1,73 @@
-"""Writes the outcome of each attempt: batched completions, retries, failures.
+"""The one writer of attempt outcomes: completions, retries, snoozes, hand-backs, failures.
 
-Every write is fenced by the attempt's claim token: a completion from an attempt whose task
-was reclaimed or cancelled matches no row and is rejected. Plain completions (no completion
-transaction) are gathered into batches, each one transaction of a few statements however
-many completions it holds.
+Outcomes wait in a buffer and are written in batches, a few statements per batch however many
+outcomes it holds: workflow node completions in one transaction, job completions in one
+statement, tasks put back in their queue in one statement, failures one at a time (they are
+rare, and each fails its run). Every write is fenced by the attempt's (task, claims):
+an outcome of an attempt whose task was reclaimed or cancelled matches no row and is
+rejected. A write that loses its connection is tried again, with backoff, until the database
+answers; if an earlier try may have committed, the record says whether it did. Each outcome
+is reported as accepted or rejected, so nobody reports what the database refused.
+
+A completion inside the handler's completion transaction is written on that connection and
+committed with the handler's writes, at once (its queue slot waits for the commit).
+
+The buffer is bounded: :attr:`Completer.room` tells producers how many more outcomes it takes
+before they must hold back their claims.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
-import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cyclone import _codec, _transitions
 from cyclone import _queries as db
-from cyclone._context import CompletionTx
+from cyclone import _transitions
+from cyclone._attempt import (
+    Claimed,
+    Completed,
+    Failed,
+    HandedBack,
+    Outcome,
+    Released,
+    Retry,
+    lost_completion,
+)
+from cyclone._errors import InvalidStateError
 from cyclone._notifier import queue_payload
 from cyclone._sql import Queries
 from cyclone._transitions import Effects
 
 logger = logging.getLogger("cyclone")
 
-_TRACEBACK_LIMIT = 8000
-_MESSAGE_LIMIT = 2000
-_WRITE_TRIES = 5
+_BACKOFF_CAP = 2.0  # seconds between tries of a write while the database is unreachable
+_LOG_EVERY = 10  # tries of one write between two warnings about it
+_WRITERS = 3  # batches written at once, each on its own connection
+_releasing: set[asyncio.Task[None]] = set()  # connections being given back to the pool
 
 
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """A task this worker claimed: one attempt of a job or workflow node."""
-
-    id: int
-    run_id: uuid.UUID
-    node: str | None
-    kind: str
-    queue: str
-    attempt: int
-    max_attempts: int
-    claims: int
-    run_name: str
-    input: str
-    deps: str | None
-    trace: str | None = None
-    worker: str = ""
-
-    def __str__(self) -> str:
-        """``attempt 2/5 of order.reserve (run ..., node reserve)``, for log messages."""
-        return describe_attempt(self.attempt, self.max_attempts, self.kind, self.run_id, self.node)
-
-    @property
-    def key(self) -> tuple[int, int]:
-        """The attempt's identity: its task and the claim that started it."""
-        return (self.id, self.claims)
-
-    def span_attributes(self) -> dict[str, Any]:
-        """Attributes for the handler's span."""
-        return {
-            "cyclone.run_id": str(self.run_id),
-            "cyclone.kind": self.kind,
-            "cyclone.node": self.node or "",
-            "cyclone.attempt": self.attempt,
-            "cyclone.queue": self.queue,
-        }
-
-    def log_fields(self) -> dict[str, Any]:
-        """Structured fields for log records (``extra``): the keys docs/observability.md lists."""
-        return {
-            "run_id": str(self.run_id),
-            "kind": self.kind,
-            "node": self.node,
-            "attempt": self.attempt,
-            "max_attempts": self.max_attempts,
-            "queue": self.queue,
-            "worker": self.worker,
-        }
-
-
-def describe_attempt(
-    attempt: int, max_attempts: int, kind: str, run_id: uuid.UUID, node: str | None
-) -> str:
-    """How log messages name an attempt: ``attempt 2/5 of order.reserve (run ..., node x)``."""
-    where = "" if node is None else f", node {node}"
-    return f"attempt {attempt}/{max_attempts} of {kind} (run {run_id}{where})"
-
-
-def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = None) -> str:
-    """The JSON kept for a failed attempt: type, message, traceback, time."""
-    tb = "".join(traceback.format_exception(exc))
-    return _codec.encode_plain(
-        {
-            "attempt": claimed.attempt,
-            "type": kind or type(exc).__qualname__,
-            # jsonb cannot store NUL or lone surrogates; an error that could not be stored
-            # would be lost, and one of any size would bloat every read of the run.
-            "message": _codec.storable_text(str(exc), _MESSAGE_LIMIT),
-            "traceback": _codec.storable_text(tb, _TRACEBACK_LIMIT),
-            "at": dt.datetime.now(dt.UTC).isoformat(),
-        }
-    )
+Accepted = set[tuple[int, int]]
+Write = Callable[[db.Conn, Sequence[Any]], Awaitable[tuple[Accepted, Effects]]]
+Confirm = Callable[[db.Conn, Sequence[Any], Effects], Awaitable[Accepted]]
 
 
 @dataclass(slots=True)
 class _Pending:
-    claimed: Claimed
-    output: str
+    outcome: Outcome
     done: asyncio.Future[bool]
 
 
 class Completer:
-    """Writes attempt outcomes for one worker and announces what they changed."""
+    """Writes the outcomes of one worker's attempts and announces what they changed.
+
+    ``bound`` is how many outcomes may wait unwritten; ``on_written`` is called after each
+    batch (room was made).
+    """
 
     def __init__(
         self,
@@ -122,217 +75,369 @@ class Completer:
         queries: Queries,
         publish: Callable[[list[str]], None],
         *,
+        bound: int,
+        on_written: Callable[[], None] = lambda: None,
         batch_size: int = 200,
     ) -> None:
         self._pool = pool
         self._q = queries
         self._publish = publish
+        self._bound = bound
+        self._on_written = on_written
         self._batch_size = batch_size
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._buffer: list[_Pending] = []
+        self._unwritten = 0
+        self._arrived = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._writing = 0  # batches being written
+        self._tasks: list[asyncio.Task[None]] = []
+        self._give_up_at: float | None = None  # set by stop(): when to stop trying
+
+    @property
+    def room(self) -> int:
+        """How many more outcomes the buffer takes before claims must wait."""
+        return self._bound - self._unwritten
 
     def start(self) -> None:
         """Start the batching loop."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="cyclone-completer")
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._run(), name=f"cyclone-completer-{i}") for i in range(_WRITERS)
+        ]
+
+    def give_up_after(self, seconds: float) -> None:
+        """Stop trying writes that still fail ``seconds`` from now (a worker shutting down);
+        their waiters get the error, and the attempts' leases run out."""
+        self._give_up_at = asyncio.get_running_loop().time() + seconds
 
     async def stop(self) -> None:
-        """Write what is queued, then stop."""
-        if self._task is None:
-            return
-        await self._queue.join()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+        """Write what is buffered, then stop."""
+        await self._drained.wait()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
 
-    async def complete(self, claimed: Claimed, output: str) -> bool:
-        """Queue a completion for the next batch; whether it was accepted (still owned)."""
+    def submit(self, outcome: Completed | Released | Failed) -> asyncio.Future[bool]:
+        """Buffer an outcome for the next batch; the future says whether it was accepted
+        (the attempt still owned its task), or holds the error that stopped its write."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(claimed, output, done))
-        # A waiter cancelled meanwhile leaves ``done`` cancelled; the batch is written anyway
-        # and skips setting it.
-        return await done
+        self._buffer.append(_Pending(outcome, done))
+        self._unwritten += 1
+        self._drained.clear()
+        self._arrived.set()
+        return done
 
     async def _run(self) -> None:
+        """One of the writers: takes what is buffered, as one batch, and writes it. While
+        one batch waits for its commit, the next writer takes the outcomes that arrived
+        meanwhile (a batch waits on the database, not on the event loop)."""
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < self._batch_size and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            while not self._buffer:
+                self._arrived.clear()
+                await self._arrived.wait()
+            batch = self._buffer[: self._batch_size]
+            del self._buffer[: self._batch_size]
+            self._writing += 1
             try:
-                accepted = await self._write_batch(batch)
-                for item in batch:
-                    if not item.done.done():
-                        item.done.set_result(item.claimed.key in accepted)
+                await self._write_batch(batch)
             except Exception as exc:  # supervised loop: report to each waiter, keep going
                 for item in batch:
                     if not item.done.done():
                         item.done.set_exception(exc)
             finally:
-                for _ in batch:
-                    self._queue.task_done()
+                self._writing -= 1
+                self._unwritten -= len(batch)
+            self._on_written()
+            if not self._buffer and not self._writing:
+                self._drained.set()
 
-    async def _write_batch(self, batch: list[_Pending]) -> set[tuple[int, int]]:
-        """Write a batch: workflow nodes in one transaction, then jobs in one statement.
+    async def _write_batch(self, batch: list[_Pending]) -> None:
+        """Write a batch, group by group, each in its own transaction or statement.
 
-        Two transactions, so that neither holds task locks out of id order while the
+        Separate transactions, so that none holds task locks out of id order while the
         heartbeat takes them in order (that could deadlock).
         """
-        accepted: set[tuple[int, int]] = set()
-        for group in (
-            [p for p in batch if p.claimed.node is not None],
-            [p for p in batch if p.claimed.node is None],
-        ):
-            if group:
-                accepted |= await self._write_group(group)
-        return accepted
+        nodes: list[_Pending] = []
+        jobs: list[_Pending] = []
+        released: list[_Pending] = []
+        failed: list[_Pending] = []
+        for item in batch:
+            o = item.outcome
+            if isinstance(o, Completed):
+                (jobs if o.claimed.node is None else nodes).append(item)
+            elif isinstance(o, Failed):
+                failed.append(item)
+            else:
+                released.append(item)
+        if nodes:
+            await self._persist(nodes, self._complete_nodes, self._confirm_completed, tx=True)
+        if jobs:
+            await self._persist(jobs, self._complete_jobs, self._confirm_completed, tx=False)
+        if released:
+            await self._persist(released, self._release, self._confirm_released, tx=False)
+        for item in failed:  # one at a time: a node's failure locks and fails its run
+            node = item.outcome.claimed.node is not None  # a job's is one statement
+            await self._persist([item], self._fail, self._confirm_failed, tx=node)
 
-    async def _write_group(self, group: list[_Pending]) -> set[tuple[int, int]]:
-        items = [(p.claimed, p.output) for p in group]
-        for attempt in range(1, _WRITE_TRIES + 1):
+    async def _persist(
+        self, group: list[_Pending], write: Write, confirm: Confirm, *, tx: bool
+    ) -> None:
+        """Write one group, trying again on connection loss, and resolve its outcomes."""
+        outcomes = [p.outcome for p in group]
+        tries = 0
+        while True:
+            tries += 1
             try:
-                async with self._pool.acquire() as conn:
-                    if group[0].claimed.node is not None:
+                async with pooled(self._pool) as conn:
+                    if tx:
                         async with conn.transaction():
-                            accepted, effects = await self._write(conn, items)
-                    else:  # jobs only: one statement, its own transaction
-                        accepted, effects = await self._write(conn, items)
-                    if attempt > 1:
-                        # The failed try may have committed before its reply was lost: then
+                            accepted, effects = await write(conn, outcomes)
+                    else:  # one statement, its own transaction
+                        accepted, effects = await write(conn, outcomes)
+                    if tries > 1:
+                        # An earlier try may have committed before its reply was lost: then
                         # this one found its tasks gone. Ask the record, not the tasks.
-                        await self._confirm(conn, items, accepted, effects)
+                        unsure = [o for o in outcomes if o.claimed.key not in accepted]
+                        if unsure:
+                            accepted |= await confirm(conn, unsure, effects)
                     # Committed: announce it now rather than after the pool's reset round trip.
                     self._publish(effects.payloads())
-                return accepted
+                break
             except db.RETRYABLE_ERRORS as exc:
-                if attempt == _WRITE_TRIES:
-                    raise
-                logger.warning(
-                    "writing %d completions (first: %s) failed: %s; trying again (%d of %d)",
-                    len(group),
-                    group[0].claimed,
-                    exc,
-                    attempt + 1,
-                    _WRITE_TRIES,
-                    extra={**group[0].claimed.log_fields(), "count": len(group)},
-                )
-                await asyncio.sleep(0.1 * 2**attempt)
-        raise AssertionError("unreachable")
+                await self._before_next_try(outcomes, exc, tries)
+        for item in group:
+            if not item.done.done():  # its waiter may have been cancelled meanwhile
+                item.done.set_result(item.outcome.claimed.key in accepted)
 
-    async def _confirm(
-        self,
-        conn: db.Conn,
-        items: Sequence[tuple[Claimed, str]],
-        accepted: set[tuple[int, int]],
-        effects: Effects,
+    async def _before_next_try(
+        self, outcomes: list[Outcome], exc: BaseException, tries: int
     ) -> None:
-        """Count as accepted the attempts an earlier try completed; their jobs' runs ended.
+        loop = asyncio.get_running_loop()
+        if self._pool.is_closing():
+            raise InvalidStateError("the client's asyncpg pool was closed before the worker")
+        if self._give_up_at is not None and loop.time() >= self._give_up_at:
+            raise exc
+        delay = min(_BACKOFF_CAP, 0.05 * 2**tries)
+        if tries == 1 or tries % _LOG_EVERY == 0:
+            first = outcomes[0]
+            logger.warning(
+                "writing %d outcomes (first: the %s of %s) failed: %s: %s; trying again in "
+                "%.3g s (try %d), until the database answers",
+                len(outcomes),
+                first.noun,
+                first.claimed,
+                type(exc).__name__,
+                exc,
+                delay,
+                tries + 1,
+                extra={**first.claimed.log_fields(), "count": len(outcomes)},
+            )
+        await asyncio.sleep(delay)
+
+    # Completions
+
+    async def _complete_jobs(
+        self, conn: db.Conn, outcomes: Sequence[Completed]
+    ) -> tuple[Accepted, Effects]:
+        rows = await db.job_complete_many(conn, self._q, *_completion_columns(outcomes))
+        effects = Effects(ended={r["run_id"] for r in rows})
+        return {(r["id"], r["claims"]) for r in rows}, effects
+
+    async def _complete_nodes(
+        self, conn: db.Conn, outcomes: Sequence[Completed]
+    ) -> tuple[Accepted, Effects]:
+        """Complete workflow nodes and advance their runs (in the caller's transaction)."""
+        await db.run_lock_many(conn, self._q, [o.claimed.run_id for o in outcomes])
+        rows = await db.node_finish_many(conn, self._q, *_completion_columns(outcomes))
+        effects = await _transitions.advance(
+            conn, self._q, [r["run_id"] for r in rows], [r["node"] for r in rows]
+        )
+        return {(r["id"], r["claims"]) for r in rows}, effects
+
+    async def _complete(
+        self, conn: db.Conn, outcomes: Sequence[Completed]
+    ) -> tuple[Accepted, Effects]:
+        if outcomes[0].claimed.node is None:
+            return await self._complete_jobs(conn, outcomes)
+        return await self._complete_nodes(conn, outcomes)
+
+    async def _confirm_completed(
+        self, conn: db.Conn, unsure: Sequence[Completed], effects: Effects
+    ) -> Accepted:
+        """The attempts an earlier try completed; their jobs' runs ended.
 
         (What a node's completion released was announced by nobody; polling finds it.)
         """
-        unsure = [c for c, _ in items if c.key not in accepted]
-        if not unsure:
-            return
+        claimed = [o.claimed for o in unsure]
         done = await db.attempts_completed(
             conn,
             self._q,
-            [c.run_id for c in unsure],
-            [c.node for c in unsure],
-            [c.id for c in unsure],
-            [c.claims for c in unsure],
+            [c.run_id for c in claimed],
+            [c.node for c in claimed],
+            [c.id for c in claimed],
+            [c.claims for c in claimed],
         )
-        for c in unsure:
-            if (c.run_id, c.node) in done:
-                accepted.add(c.key)
-                if c.node is None:
-                    effects.ended.add(c.run_id)
+        found = [c for c in claimed if (c.run_id, c.node) in done]
+        effects.ended.update(c.run_id for c in found if c.node is None)
+        return {c.key for c in found}
 
-    async def _write(
-        self, conn: db.Conn, items: Sequence[tuple[Claimed, str]]
-    ) -> tuple[set[tuple[int, int]], Effects]:
-        """Write completions (attempt, output) on ``conn``; the (task, claims) accepted and what
-        to announce."""
-        jobs = [(c, out) for c, out in items if c.node is None]
-        nodes = [(c, out) for c, out in items if c.node is not None]
-        accepted: set[tuple[int, int]] = set()
-        effects = Effects()
-        if nodes:
-            await db.run_lock_many(conn, self._q, [c.run_id for c, _ in nodes])
-            rows = await db.node_finish_many(conn, self._q, *_columns(nodes))
-            accepted.update((r["id"], r["claims"]) for r in rows)
-            effects.merge(
-                await _transitions.advance(
-                    conn, self._q, [r["run_id"] for r in rows], [r["node"] for r in rows]
-                )
-            )
-        if jobs:
-            rows = await db.job_complete_many(conn, self._q, *_columns(jobs))
-            accepted.update((r["id"], r["claims"]) for r in rows)
-            effects.ended.update(r["run_id"] for r in rows)
-        return accepted, effects
-
-    async def complete_in(self, completion: CompletionTx, claimed: Claimed, output: str) -> bool:
-        """Complete inside the handler's completion transaction and commit it all together.
+    async def commit(self, outcome: Completed) -> bool:
+        """Complete inside the handler's completion transaction and commit it all together;
+        whether it was accepted.
 
         A rejected completion (the attempt lost its task) rolls everything back, business
-        writes included.
+        writes included. A connection lost before the commit raises :class:`ConnectionLost`
+        (nothing was written: the caller makes it the attempt's error); one lost during the
+        commit is settled by the record.
         """
-        conn = completion.connection
+        completion = outcome.completion
+        assert completion is not None
         try:
-            accepted, effects = await self._write(conn, [(claimed, output)])
-        except BaseException:
-            await completion.rollback()
+            accepted, effects = await self._complete(completion.connection, [outcome])
+        except BaseException as exc:
+            await asyncio.shield(completion.rollback())
+            if isinstance(exc, db.RETRYABLE_ERRORS):
+                raise lost_completion(exc) from exc
             raise
         if not accepted:
             await completion.rollback()
             return False
-        await completion.commit()
+        try:
+            await completion.commit()
+        except db.RETRYABLE_ERRORS as exc:
+            # The commit may have gone through before the connection failed: ask the record.
+            if not await self._committed_anyway(outcome):
+                raise lost_completion(exc) from exc
         queues = [queue_payload(q) for q in completion.wakeups.take()]
         self._publish(effects.payloads() + queues)
         return True
 
-    async def retry(
-        self, claimed: Claimed, *, delay: float, error: str | None, refund: bool
-    ) -> bool:
-        """Make the task available again after ``delay``; whether the attempt still owned it."""
-        async with self._pool.acquire() as conn:
-            rows = await db.task_retry_many(
-                conn,
-                self._q,
-                [claimed.run_id],
-                [claimed.id],
-                [claimed.claims],
-                [delay],
-                [error],
-                [refund],
-            )
-        if rows and delay <= 0:
-            self._publish([queue_payload(claimed.queue)])
-        return bool(rows)
+    async def _committed_anyway(self, outcome: Completed) -> bool:
+        """Whether the attempt's completion is in the record, asked as often as it takes."""
+        tries = 1
+        while True:
+            try:
+                async with pooled(self._pool) as conn:
+                    found = await self._confirm_completed(conn, [outcome], Effects())
+                return outcome.claimed.key in found
+            except db.RETRYABLE_ERRORS as exc:
+                await self._before_next_try([outcome], exc, tries)
+                tries += 1
 
-    async def fail(self, claimed: Claimed, error: str) -> bool:
-        """Fail the attempt for good: the job or node fails, and the run with it."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            owned, effects = await _transitions.fail_node_or_job(
-                conn,
-                self._q,
-                task_id=claimed.id,
-                claims=claimed.claims,
-                run_id=claimed.run_id,
-                node=claimed.node,
-                error=error,
-                expired_only=False,
-            )
-        self._publish(effects.payloads())
-        return owned
+    # Tasks back to their queue
+
+    async def _release(
+        self, conn: db.Conn, outcomes: Sequence[Released]
+    ) -> tuple[Accepted, Effects]:
+        """Retries, snoozes and hand-backs, in one statement."""
+        delays = [0.0 if isinstance(o, HandedBack) else o.delay for o in outcomes]
+        rows = await db.task_retry_many(
+            conn,
+            self._q,
+            [o.claimed.run_id for o in outcomes],
+            [o.claimed.id for o in outcomes],
+            [o.claimed.claims for o in outcomes],
+            delays,
+            [o.error if isinstance(o, Retry) else None for o in outcomes],
+            [not isinstance(o, Retry) for o in outcomes],  # snooze, hand-back: refunded
+        )
+        # A stale attempt and its task's next one may share a batch: the fence matched the
+        # newer claim, the task's current one.
+        claims: dict[int, int] = {}
+        for o in outcomes:
+            claims[o.claimed.id] = max(o.claimed.claims, claims.get(o.claimed.id, 0))
+        accepted = {(r["id"], claims[r["id"]]) for r in rows}
+        now = {o.claimed.id for o, d in zip(outcomes, delays, strict=True) if d <= 0}
+        effects = Effects(queues={r["queue"] for r in rows if r["queue"] and r["id"] in now})
+        return accepted, effects
+
+    async def _confirm_released(
+        self, conn: db.Conn, unsure: Sequence[Released], effects: Effects
+    ) -> Accepted:
+        claimed = [o.claimed for o in unsure]
+        return await db.attempts_released(
+            conn,
+            self._q,
+            [c.run_id for c in claimed],
+            [c.id for c in claimed],
+            [c.claims for c in claimed],
+            [c.attempt for c in claimed],
+        )
+
+    # Failures
+
+    async def _fail(self, conn: db.Conn, outcomes: Sequence[Failed]) -> tuple[Accepted, Effects]:
+        """Fail one attempt for good: the job or node fails, and the run with it."""
+        [o] = outcomes
+        c = o.claimed
+        owned, effects = await _transitions.fail_node_or_job(
+            conn,
+            self._q,
+            task_id=c.id,
+            claims=c.claims,
+            run_id=c.run_id,
+            node=c.node,
+            error=o.error,
+            expired_only=False,
+        )
+        return ({c.key} if owned else set()), effects
+
+    async def _confirm_failed(
+        self, conn: db.Conn, unsure: Sequence[Failed], effects: Effects
+    ) -> Accepted:
+        done = await db.attempts_failed(
+            conn,
+            self._q,
+            [o.claimed.run_id for o in unsure],
+            [o.claimed.node for o in unsure],
+            [o.error for o in unsure],
+        )
+        found = [o.claimed for o in unsure if (o.claimed.run_id, o.claimed.node) in done]
+        effects.ended.update(c.run_id for c in found)
+        return {c.key for c in found}
 
 
-def _columns(
-    items: Sequence[tuple[Claimed, str]],
+@contextlib.asynccontextmanager
+async def pooled(pool: Any) -> AsyncIterator[db.Conn]:
+    """A pooled connection that goes back to the pool in the background after the block.
+
+    The pool resets a connection when it takes it back, a round trip that the hot paths
+    (claims, outcome writes) need not wait for. After an error, it goes back at once.
+    """
+    if pool.is_closing():
+        raise InvalidStateError("the client's asyncpg pool is closed")
+    conn = await pool.acquire()
+    try:
+        yield conn
+    except BaseException:
+        await asyncio.shield(pool.release(conn))
+        raise
+    task = asyncio.get_running_loop().create_task(pool.release(conn))
+    _releasing.add(task)
+    task.add_done_callback(_released)
+
+
+def _released(task: asyncio.Task[None]) -> None:
+    _releasing.discard(task)
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.warning(
+            "the pool could not reset a connection it took back (%s: %s); it closes it and "
+            "opens another",
+            type(exc).__name__,
+            exc,
+        )
+
+
+def _completion_columns(
+    outcomes: Sequence[Completed],
 ) -> tuple[list[uuid.UUID], list[int], list[int], list[str]]:
     """Runs, task ids, claim tokens and outputs, as the completion statements take them."""
+    claimed: list[Claimed] = [o.claimed for o in outcomes]
     return (
-        [c.run_id for c, _ in items],
-        [c.id for c, _ in items],
-        [c.claims for c, _ in items],
-        [out for _, out in items],
+        [c.run_id for c in claimed],
+        [c.id for c in claimed],
+        [c.claims for c in claimed],
+        [o.output for o in outcomes],
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
@@ -10,6 +11,7 @@ import asyncpg
 import msgspec
 
 from cyclone import _codec
+from cyclone import _queries as db
 from cyclone._errors import ContextError, UnknownKindError
 from cyclone._recorder import TxRecorder
 from cyclone._wakeups import TrackedConnection, Tx, Wakeups
@@ -17,6 +19,8 @@ from cyclone._wakeups import TrackedConnection, Tx, Wakeups
 if TYPE_CHECKING:
     from cyclone._client import Client
     from cyclone._workflow import Node
+
+logger = logging.getLogger("cyclone")
 
 Out = TypeVar("Out")
 
@@ -43,6 +47,8 @@ class CompletionTx:
         self._tx: Any = None
         self.wakeups = Wakeups()
         self.tracked: TrackedConnection | None = None
+        self.lost: BaseException | None = None
+        """What :meth:`rollback` found: the connection had been lost (the writes with it)."""
 
     @property
     def opened(self) -> bool:
@@ -70,26 +76,49 @@ class CompletionTx:
         return self._conn
 
     async def commit(self) -> None:
-        """Commit and give the connection back."""
+        """Commit and give the connection back.
+
+        An error from the commit itself propagates: whether it committed is then unknown (the
+        caller asks the record). Once it committed, nothing after can undo that: a connection
+        that fails to reset on release is logged and replaced by the pool.
+        """
         try:
             await self._tx.commit()
         finally:
             await self._close()
 
     async def rollback(self) -> None:
-        """Roll back (if open) and give the connection back."""
+        """Roll back (if open) and give the connection back; never raises for a lost
+        connection.
+
+        A connection the server ended has been detached from its pool proxy by asyncpg
+        already (every call on the proxy then raises ``InterfaceError``), and its transaction
+        died with it: there is nothing left to roll back. The error is kept in :attr:`lost`.
+        """
         if self._conn is None:
             return
         try:
-            if not self._conn.is_closed():
-                await self._tx.rollback()
+            await self._tx.rollback()
+        except db.DATABASE_ERRORS as exc:  # gone with its connection: nothing to undo
+            self.lost = exc
         finally:
             await self._close()
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
+        if conn is None:
+            return
+        try:
+            # Releasing a detached proxy (its connection lost) does nothing.
             await asyncio.shield(self._pool.release(conn))
+        except db.DATABASE_ERRORS as exc:
+            # The pool could not reset the connection; it has closed it and opens another.
+            logger.warning(
+                "the pool could not reset the connection of a completion transaction after "
+                "it ended (%s: %s); the pool closes it and opens another",
+                type(exc).__name__,
+                exc,
+            )
 
 
 class Context:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from cyclone import _codec, _transitions
 from cyclone import _queries as db
-from cyclone._completer import describe_attempt
+from cyclone._attempt import describe_attempt
 
 if TYPE_CHECKING:
     from cyclone._client import Client

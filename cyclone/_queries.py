@@ -37,6 +37,8 @@ RETRYABLE_ERRORS = (
     asyncpg.InternalClientError,
     asyncpg.DeadlockDetectedError,
     asyncpg.exceptions.OperatorInterventionError,
+    # The server refused a new connection for now ("too many clients"): it can take one later.
+    asyncpg.TooManyConnectionsError,
 )
 
 
@@ -277,6 +279,31 @@ async def last_attempt_fail(
     node (whether the attempt still owned its task)."""
     row = await conn.fetchval(q[statement], run_id, task_id, claims, error, expired_only)
     return row is not None
+
+
+async def attempts_released(
+    conn: Conn,
+    q: Queries,
+    run_ids: Sequence[uuid.UUID],
+    task_ids: Sequence[int],
+    claims: Sequence[int],
+    attempts: Sequence[int],
+) -> set[tuple[int, int]]:
+    """The (task, claims) of those attempts that put their task back in its queue."""
+    rows = await conn.fetch(q["attempts_released"], run_ids, task_ids, claims, attempts)
+    return {(r["id"], r["claims"]) for r in rows}
+
+
+async def attempts_failed(
+    conn: Conn,
+    q: Queries,
+    run_ids: Sequence[uuid.UUID],
+    nodes: Sequence[str | None],
+    errors: Sequence[str],
+) -> set[tuple[uuid.UUID, str | None]]:
+    """The (run, node) of those attempts whose failure, with that error record, was kept."""
+    rows = await conn.fetch(q["attempts_failed"], run_ids, nodes, errors)
+    return {(r["run_id"], r["node"]) for r in rows}
 
 
 async def run_fail(

@@ -585,6 +585,33 @@ FROM gone g
 WHERE s.run_id = g.run_id AND s.node = g.node
 RETURNING s.run_id, s.node;
 
+-- name: attempts_released
+-- Which of these attempts (run, task id, claim count, attempt number) put their task back in
+-- its queue (retry, snooze, hand-back): after such a write whose reply was lost, whether it
+-- committed. The attempt released its task if the task is available with the same claim count,
+-- or was claimed again since, and maintenance did not reclaim that attempt instead
+-- (task_reclaim records a LeaseExpired error for it). Each task by key, in a scalar subquery.
+SELECT a.id, a.claims
+FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::int[]) AS a (run_id, id, claims, attempt)
+WHERE (SELECT (t.claims > a.claims OR (t.claims = a.claims AND t.state = 'available'))
+              AND NOT t.errors @> jsonb_build_array(jsonb_build_object(
+                  'attempt', a.attempt, 'type', 'LeaseExpired'))
+       FROM __schema__.cyclone_tasks t WHERE t.run_id = a.run_id AND t.id = a.id);
+
+-- name: attempts_failed
+-- Which of these attempts (run, node or NULL for a job, error record) failed their job or
+-- node: after a failure write whose reply was lost, whether it committed. An error record
+-- holds its attempt and the time it was made, so finding it kept is proof. Runs and steps by
+-- key, in scalar subqueries.
+SELECT a.run_id, a.node
+FROM unnest($1::uuid[], $2::text[], $3::text[]) AS a (run_id, node, error)
+WHERE CASE WHEN a.node IS NULL
+    THEN (SELECT r.state = 'failed' AND r.error = a.error::jsonb
+          FROM __schema__.cyclone_runs r WHERE r.id = a.run_id)
+    ELSE (SELECT s.state = 'failed' AND s.errors @> jsonb_build_array(a.error::jsonb)
+          FROM __schema__.cyclone_steps s WHERE s.run_id = a.run_id AND s.node = a.node)
+    END;
+
 -- name: wait_expire_due
 -- Wait nodes whose timeout passed.
 SELECT run_id, node FROM __schema__.cyclone_steps

@@ -3,8 +3,8 @@
 Each test kills a real connection at a chosen moment (``pg_terminate_backend``, from the
 handler itself or from a trigger on the statement that writes the outcome) and checks that the
 outcome is written or confirmed within seconds rather than after the lease (30 s here), that the
-error kept is the real one, and that nothing that succeeded is logged as a failure. They fail on
-today's code and are marked ``xfail(strict=True)`` with the finding they prove.
+error kept is the real one, and that nothing that succeeded is logged as a failure. Each one
+failed before the worker pipeline's completer wrote every outcome (issue 13's findings).
 """
 
 from __future__ import annotations
@@ -163,11 +163,6 @@ async def first_error(run: cyclone.Run) -> dict[str, Any]:
     return errors[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13 finding 1: CompletionTx.rollback() calls is_closed() on a detached pool "
-    "proxy; the InterfaceError escapes, nothing is retried and the job waits for its lease",
-)
 async def test_completion_on_a_dead_connection_is_retried_at_once(env: CycloneEnv) -> None:
     run = await dies_before_return.enqueue(env.client, 1)
     async with fast_worker(env.client, steps=STEPS, lease=LEASE):
@@ -176,11 +171,6 @@ async def test_completion_on_a_dead_connection_is_retried_at_once(env: CycloneEn
     assert (await first_error(run))["type"] != "LeaseExpired"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13 finding 1 (shutdown): the rollback's InterfaceError replaces the "
-    "CancelledError, so the attempt is not handed back and waits for its lease",
-)
 async def test_shutdown_hands_back_an_attempt_whose_completion_connection_died(
     env: CycloneEnv,
 ) -> None:
@@ -193,11 +183,6 @@ async def test_shutdown_hands_back_an_attempt_whose_completion_connection_died(
         assert await run.wait(timeout=SOON) is cyclone.RunState.COMPLETED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13 finding 4: asyncpg's InternalClientError after a server-side "
-    "termination is kept as the attempt's error instead of the connection's real one",
-)
 async def test_the_error_kept_after_a_termination_is_the_real_one(env: CycloneEnv) -> None:
     run = await uses_dead_connection.enqueue(env.client, 1)
     async with fast_worker(env.client, steps=STEPS, lease=LEASE):
@@ -206,12 +191,6 @@ async def test_the_error_kept_after_a_termination_is_the_real_one(env: CycloneEn
     assert error["type"] != "InternalClientError", error["message"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13 finding 2: a completion transaction that committed but whose connection "
-    "failed to reset on release is logged as 'writing the outcome ... failed' and its "
-    "wakeups are never sent",
-)
 async def test_a_commit_whose_reset_fails_is_not_an_error_and_sends_its_wakeups(
     env: CycloneEnv, listener: Listener, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -226,11 +205,6 @@ async def test_a_commit_whose_reset_fails_is_not_an_error_and_sends_its_wakeups(
     assert errors == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13 finding 3: a retry write that loses its connection is not tried again; "
-    "the job waits for its lease",
-)
 async def test_a_retry_write_that_loses_its_connection_is_tried_again(env: CycloneEnv) -> None:
     run = await raises.enqueue(env.client, 1)
     await arm_outcome_kill(env)
@@ -239,11 +213,6 @@ async def test_a_retry_write_that_loses_its_connection_is_tried_again(env: Cyclo
     assert (await first_error(run))["type"] == "RuntimeError"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13 finding 3: a failure write that loses its connection is not tried again; "
-    "the run fails only after the lease",
-)
 async def test_a_failure_write_that_loses_its_connection_is_tried_again(
     env: CycloneEnv,
 ) -> None:
@@ -254,11 +223,6 @@ async def test_a_failure_write_that_loses_its_connection_is_tried_again(
     assert (await first_error(run))["type"] == "RuntimeError"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13 finding 3: the result of a retry write is ignored, so observers report "
-    "'retried' for an attempt the database refused",
-)
 async def test_a_refused_retry_is_not_reported_as_retried(env: CycloneEnv) -> None:
     outcomes = Outcomes()
     env.client.observe(outcomes)

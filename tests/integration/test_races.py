@@ -12,7 +12,8 @@ import pytest
 import cyclone
 from cyclone import _maintenance, _transitions
 from cyclone import _queries as db
-from cyclone._completer import Claimed, Completer
+from cyclone._attempt import Claimed, Completed
+from cyclone._completer import Completer
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import count_rows, waiting_on_a_lock
 
@@ -47,14 +48,16 @@ async def claimed_with_expired_lease(env: CycloneEnv) -> tuple[cyclone.ResultRun
 
 async def test_completion_waiting_on_a_reclaim_is_rejected(cyclone_env: CycloneEnv) -> None:
     run, claimed = await claimed_with_expired_lease(cyclone_env)
-    completer = Completer(cyclone_env.pool, cyclone_env.client.queries, cyclone_env.client._publish)
+    completer = Completer(
+        cyclone_env.pool, cyclone_env.client.queries, cyclone_env.client._publish, bound=10
+    )
     completer.start()
     try:
         async with cyclone_env.pool.acquire() as reclaimer:
             tx = reclaimer.transaction()
             await tx.start()
             assert len(await db.task_reclaim(reclaimer, cyclone_env.client.queries, 10)) == 1
-            completing = asyncio.get_running_loop().create_task(completer.complete(claimed, "1"))
+            completing = completer.submit(Completed(claimed, "1"))
             await waiting_on_a_lock(cyclone_env)  # the completion waits for the reclaim
             await tx.commit()
             assert await asyncio.wait_for(completing, 30) is False  # fenced out
@@ -105,10 +108,12 @@ async def test_completion_whose_reply_was_lost_counts_as_accepted(
         return rows
 
     monkeypatch.setattr(db, "job_complete_many", reply_lost)
-    completer = Completer(cyclone_env.pool, cyclone_env.client.queries, cyclone_env.client._publish)
+    completer = Completer(
+        cyclone_env.pool, cyclone_env.client.queries, cyclone_env.client._publish, bound=10
+    )
     completer.start()
     try:
-        assert await asyncio.wait_for(completer.complete(claimed, "1"), 30) is True
+        assert await asyncio.wait_for(completer.submit(Completed(claimed, "1")), 30) is True
     finally:
         await completer.stop()
     assert writes == [1, 0]  # the second try matched nothing: fenced, applied once
@@ -161,12 +166,12 @@ async def test_a_stale_attempt_of_a_retried_job_is_not_confirmed(
         return await real(*args)
 
     monkeypatch.setattr(db, "job_complete_many", first_try_fails)
-    completer = Completer(cyclone_env.pool, q, client._publish)
+    completer = Completer(cyclone_env.pool, q, client._publish, bound=10)
     completer.start()
     try:
         fresh = dataclasses.replace(stale, id=row["id"], claims=row["claims"])
-        assert await asyncio.wait_for(completer.complete(fresh, "2"), 30) is True
-        assert await asyncio.wait_for(completer.complete(stale, "1"), 30) is False
+        assert await asyncio.wait_for(completer.submit(Completed(fresh, "2")), 30) is True
+        assert await asyncio.wait_for(completer.submit(Completed(stale, "1")), 30) is False
     finally:
         await completer.stop()
     assert len(tries) == 3  # fresh; stale, lost; stale again, fenced out

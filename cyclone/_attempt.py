@@ -1,0 +1,215 @@
+"""One attempt of a task, and the values it can end with.
+
+The producer claims a task and makes it a :class:`Claimed` attempt; the executor runs its
+handler and turns what happened into one :data:`Outcome`; the completer writes that outcome,
+fenced by the attempt's (task, claims), and says whether the database accepted it. Outcomes
+are plain values: the stages hand them on and none reaches into another's state.
+
+::
+
+    Completed   the handler returned: complete the job or node (with the handler's own
+                completion transaction, if it opened one)
+    Retry       the attempt failed with attempts left: available again after a delay
+    Snoozed     the handler raised Snooze: available again after its delay, attempt refunded
+    HandedBack  shutdown cancelled the handler: available again at once, attempt refunded
+    Failed      the last attempt failed, or its input can no longer be decoded: the job or
+                node fails, and its run with it
+    Lost        the attempt lost its task (run cancelled, lease taken over): nothing to write
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import traceback
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from cyclone import _codec
+
+if TYPE_CHECKING:
+    from cyclone._context import CompletionTx
+
+_TRACEBACK_LIMIT = 8000
+_MESSAGE_LIMIT = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A task this worker claimed: one attempt of a job or workflow node."""
+
+    id: int
+    run_id: uuid.UUID
+    node: str | None
+    kind: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    claims: int
+    run_name: str
+    input: str
+    deps: str | None
+    trace: str | None = None
+    worker: str = ""
+
+    def __str__(self) -> str:
+        """``attempt 2/5 of order.reserve (run ..., node reserve)``, for log messages."""
+        return describe_attempt(self.attempt, self.max_attempts, self.kind, self.run_id, self.node)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """The attempt's identity: its task and the claim that started it."""
+        return (self.id, self.claims)
+
+    def span_attributes(self) -> dict[str, Any]:
+        """Attributes for the handler's span."""
+        return {
+            "cyclone.run_id": str(self.run_id),
+            "cyclone.kind": self.kind,
+            "cyclone.node": self.node or "",
+            "cyclone.attempt": self.attempt,
+            "cyclone.queue": self.queue,
+        }
+
+    def log_fields(self) -> dict[str, Any]:
+        """Structured fields for log records (``extra``): the keys docs/observability.md lists."""
+        return {
+            "run_id": str(self.run_id),
+            "kind": self.kind,
+            "node": self.node,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "queue": self.queue,
+            "worker": self.worker,
+        }
+
+
+def describe_attempt(
+    attempt: int, max_attempts: int, kind: str, run_id: uuid.UUID, node: str | None
+) -> str:
+    """How log messages name an attempt: ``attempt 2/5 of order.reserve (run ..., node x)``."""
+    where = "" if node is None else f", node {node}"
+    return f"attempt {attempt}/{max_attempts} of {kind} (run {run_id}{where})"
+
+
+def error_type(exc: BaseException, kind: str | None = None) -> str:
+    """The type an attempt's error is kept as.
+
+    asyncpg raises ``InternalClientError`` for a statement sent on a connection the server
+    ended before asyncpg noticed: what happened is that the connection was lost.
+    """
+    if kind is not None:
+        return kind
+    if isinstance(exc, asyncpg.InternalClientError):
+        return "ConnectionLost"
+    return type(exc).__qualname__
+
+
+def error_message(exc: BaseException) -> str:
+    """The message an attempt's error is kept with (see :func:`error_type`)."""
+    if isinstance(exc, asyncpg.InternalClientError):
+        return f"the connection to PostgreSQL was lost under the handler (asyncpg: {exc})"
+    return str(exc)
+
+
+def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = None) -> str:
+    """The JSON kept for a failed attempt: type, message, traceback, time."""
+    tb = "".join(traceback.format_exception(exc))
+    return _codec.encode_plain(
+        {
+            "attempt": claimed.attempt,
+            "type": error_type(exc, kind),
+            # jsonb cannot store NUL or lone surrogates; an error that could not be stored
+            # would be lost, and one of any size would bloat every read of the run.
+            "message": _codec.storable_text(error_message(exc), _MESSAGE_LIMIT),
+            "traceback": _codec.storable_text(tb, _TRACEBACK_LIMIT),
+            "at": dt.datetime.now(dt.UTC).isoformat(),
+        }
+    )
+
+
+class ConnectionLost(ConnectionError):
+    """The connection under a completion transaction was lost before its commit: the
+    handler's writes were rolled back with it (kept as the attempt's error)."""
+
+
+def lost_completion(exc: BaseException) -> ConnectionLost:
+    """The error kept for an attempt whose completion transaction lost its connection."""
+    lost = ConnectionLost(
+        "the connection of the completion transaction was lost before it committed "
+        f"({type(exc).__name__}: {exc}); the handler's writes in it were rolled back"
+    )
+    lost.__cause__ = exc
+    return lost
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The handler returned ``output`` (encoded); ``completion`` if it opened one."""
+
+    claimed: Claimed
+    output: str
+    completion: CompletionTx | None = None
+    name = "completed"
+    noun = "completion"
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """The attempt failed with attempts left: try again after ``delay`` seconds."""
+
+    claimed: Claimed
+    delay: float
+    error: str  # the error record kept for the attempt
+    exc: BaseException
+    what: str  # "failed: ValueError: boom" or "timed out after 5 s", for the log
+    name = "retried"
+    noun = "retry"
+
+
+@dataclass(frozen=True, slots=True)
+class Snoozed:
+    """The handler raised ``Snooze(delay)``: run again after ``delay``, attempt refunded."""
+
+    claimed: Claimed
+    delay: float
+    name = "snoozed"
+    noun = "snooze"
+
+
+@dataclass(frozen=True, slots=True)
+class HandedBack:
+    """Shutdown cancelled the handler: the task is available again at once, attempt refunded."""
+
+    claimed: Claimed
+    name = "cancelled"
+    noun = "hand-back"
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The attempt failed for good (last attempt, or input that cannot be decoded)."""
+
+    claimed: Claimed
+    error: str
+    exc: BaseException
+    what: str
+    reason: str = "no attempts left"  # why no further attempt is made, for the log
+    name = "failed"
+    noun = "failure"
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """The attempt lost its task (its run ended, or its lease was taken over)."""
+
+    claimed: Claimed
+    name = "cancelled"
+    noun = "loss"
+
+
+Outcome = Completed | Retry | Snoozed | HandedBack | Failed | Lost
+Released = Retry | Snoozed | HandedBack
+"""The outcomes that put the task back in its queue (one statement for a batch of them)."""

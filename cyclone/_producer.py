@@ -1,0 +1,257 @@
+"""The producer of one queue: claims as many tasks as it has room for and runs an attempt
+for each.
+
+It claims when woken by a NOTIFY for its queue, by a freed slot after a full claim (more is
+probably waiting), by room made in the completer's buffer, or by a jittered poll, which is
+the correctness floor when a notification is lost. Room is the queue's free slots, bounded
+by what the completer's buffer still takes: outcomes waiting to be written hold back
+claims, so a slow database slows claiming instead of piling up outcomes.
+
+A slot is taken from claim until the handler returns (or, when it opened a completion
+transaction, until that commits with its completion); the outcome is then written by the
+completer while the slot runs another attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from cyclone import _queries as db
+from cyclone._attempt import Claimed, Completed, ConnectionLost, Lost, Outcome
+from cyclone._completer import Completer
+from cyclone._executor import Executor
+from cyclone._leases import LeaseKeeper
+
+if TYPE_CHECKING:
+    from cyclone._client import Client
+
+logger = logging.getLogger("cyclone")
+
+# Claims of one queue in flight together: with more free slots than one claim takes
+# (claim_batch), the next claim runs while the last one's attempts start.
+CLAIMS_AT_ONCE = 2
+
+
+class Producer:
+    """Claims from queue ``name`` up to ``limit`` attempts at a time."""
+
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        limit: int,
+        *,
+        worker_id: str,
+        kinds: Sequence[str],
+        workflows: Sequence[str],
+        lease: float,
+        claim_batch: int,
+        poll_interval: float,
+        executor: Executor,
+        completer: Completer,
+        leases: LeaseKeeper,
+    ) -> None:
+        self._client = client
+        self.name = name
+        self.limit = limit
+        self._worker_id = worker_id
+        self._kinds = list(kinds)
+        self._workflows = list(workflows)
+        self._lease = lease
+        self._claim_batch = claim_batch
+        self._poll_interval = poll_interval
+        self._executor = executor
+        self._completer = completer
+        self._leases = leases
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._running = 0  # slots taken by attempts
+        self._reserved = 0  # slots held for the claims in flight
+        self._claims: set[asyncio.Task[None]] = set()  # in flight
+        self._last_claim_full = False
+        self._held_back = False  # the completer's buffer had no room at the last look
+        # Flow control: the last claim was held back by a limit, and may try again in
+        # retry_in seconds (0: at once; None: when a task ends). See ClaimedRows in _queries.py.
+        self._held = False
+        self._retry_in: float | None = None
+        self._missed = False  # a wakeup came while a claim was in flight
+
+    def wake(self) -> None:
+        """Claim now (a NOTIFY for this queue, a reconnected listener, a drain)."""
+        self._wake.set()
+
+    def room_made(self) -> None:
+        """The completer wrote a batch: claim now if its full buffer held claims back."""
+        if self._held_back:
+            self._wake.set()
+
+    def stop(self) -> None:
+        """Stop claiming (attempts already started go on)."""
+        self._stopping = True
+        self._wake.set()
+
+    def _room(self) -> int:
+        """How many tasks the next claim may take: free slots, bounded by the claim size and
+        by what the completer's buffer still takes."""
+        room = min(self.limit - self._running - self._reserved, self._claim_batch)
+        buffered = self._completer.room - self._reserved
+        self._held_back = buffered < room
+        return min(room, buffered)
+
+    async def run(self) -> None:
+        """Claim until stopped; then wait for the claims in flight."""
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            # Cleared before claiming: a wakeup that arrives during the claim is kept.
+            self._wake.clear()
+            # A first claim on every wakeup; more at once only while claims come back full.
+            started = False
+            while len(self._claims) < CLAIMS_AT_ONCE and (
+                not self._claims or self._last_claim_full or self._claim_again()
+            ):
+                room = self._room()
+                if room <= 0:
+                    break
+                self._reserved += room
+                task = loop.create_task(self._claim(room), name=f"cyclone-claim-{self.name}")
+                self._claims.add(task)
+                started = True
+            # Woken while a claim was in flight that may have begun before the work it was
+            # woken for committed: claim again once that claim is back.
+            self._missed = self._missed or (not started and bool(self._claims))
+            timeout = self._poll_interval * random.uniform(0.8, 1.0)
+            if self._held and self._retry_in:  # flow control: the next token is due then
+                timeout = min(timeout, self._retry_in)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
+                    await self._wake.wait()
+        await asyncio.gather(*self._claims, return_exceptions=True)
+
+    async def _claim(self, limit: int) -> None:
+        """Claim up to ``limit`` tasks (slots reserved by the caller) and start an attempt for
+        each."""
+        try:
+            await self._claim_and_start(limit)
+        except db.DATABASE_ERRORS as exc:
+            self._last_claim_full = False  # back off to the poll while it is down
+            self._held = False
+            logger.warning(
+                "worker %s: claiming from queue %r failed: %s; trying again at the next poll",
+                self._worker_id,
+                self.name,
+                exc,
+                extra={"worker": self._worker_id, "queue": self.name},
+            )
+        finally:
+            self._reserved -= limit
+            self._claims.discard(asyncio.current_task())
+            if self._last_claim_full or self._claim_again() or self._missed:
+                self._missed = False
+                self._wake.set()  # more is probably waiting: claim again
+
+    async def _claim_and_start(self, limit: int) -> None:
+        started = time.perf_counter()
+        async with self._client._borrow() as conn:  # its reset is not waited for
+            rows = await db.task_claim(
+                conn,
+                self._client.queries,
+                self.name,
+                self._kinds,
+                limit,
+                self._lease,
+                self._worker_id,
+                self._workflows,
+            )
+            loop = asyncio.get_running_loop()
+            for row in rows:
+                claimed = Claimed(
+                    id=row["id"],
+                    run_id=row["run_id"],
+                    node=row["node"],
+                    kind=row["kind"],
+                    queue=self.name,
+                    attempt=row["attempt"],
+                    max_attempts=row["max_attempts"],
+                    claims=row["claims"],
+                    run_name=row["name"],
+                    input=row["input"],
+                    deps=row["deps"],
+                    trace=row["trace"],
+                    worker=self._worker_id,
+                )
+                self._running += 1
+                task = loop.create_task(self._attempt(claimed), name=f"cyclone-task-{claimed.id}")
+                self._leases.hold(claimed, task)
+        self._client.observers.claimed(self.name, len(rows), time.perf_counter() - started)
+        self._last_claim_full = len(rows) == limit
+        self._held, self._retry_in = rows.held, rows.retry_in  # flow control
+
+    def _claim_again(self) -> bool:
+        """Flow control: the last claim was held back by a count already out of date."""
+        return self._held and self._retry_in == 0
+
+    async def _attempt(self, claimed: Claimed) -> None:
+        """One attempt: run it in a slot, hand its outcome to the completer, report it."""
+        started = time.perf_counter()
+        slot = _Slot(self)
+        try:
+            outcome = await self._executor.run(claimed)
+            outcome, accepted = await self._write(outcome, slot)
+        except asyncio.CancelledError:  # from outside: nothing written, the lease runs out
+            self._executor.report(Lost(claimed), True, started)
+            raise
+        except Exception as exc:  # supervised: whatever went wrong, the worker goes on
+            logger.error(
+                "%s: writing its outcome failed: %s: %s; the lease will run out and the "
+                "attempt is then reclaimed",
+                claimed,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+                extra=claimed.log_fields(),
+            )
+            self._executor.report(Lost(claimed), True, started)  # as cancelled: not written
+            return
+        finally:
+            slot.free()
+            self._leases.drop(claimed)
+        self._executor.report(outcome, accepted, started)
+
+    async def _write(self, outcome: Outcome, slot: _Slot) -> tuple[Outcome, bool]:
+        """Have the completer write the outcome: the outcome as written, and whether the
+        database accepted it."""
+        if isinstance(outcome, Lost):
+            return outcome, True  # nothing to write: the task is no longer this attempt's
+        if isinstance(outcome, Completed) and outcome.completion is not None:
+            try:
+                return outcome, await self._completer.commit(outcome)  # in the slot
+            except ConnectionLost as exc:  # nothing was written: the attempt failed
+                outcome = self._executor.failure(outcome.claimed, exc)
+        verdict = self._completer.submit(outcome)
+        slot.free()
+        return outcome, await verdict
+
+    def _freed(self) -> None:
+        self._running -= 1
+        if self._last_claim_full or self._held or self._stopping:
+            self._wake.set()  # held by a limit: a slot this worker held is free now
+
+
+class _Slot:
+    """One of the queue's slots, taken by an attempt until freed (once)."""
+
+    __slots__ = ("_producer",)
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer: Producer | None = producer
+
+    def free(self) -> None:
+        if self._producer is not None:
+            self._producer._freed()
+            self._producer = None
