@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, TypeVar, Unpack, overload
 
 from cyclone._client import Client, Retention
 from cyclone._context import Context, Snooze
@@ -249,6 +249,18 @@ async def submit_completion(
     """
     tx = await ctx._completion_tracked()
     return await workflow.submit_tx(client, tx, input, **options)
+
+
+if not TYPE_CHECKING:  # hidden from type checkers, which see `import cyclone.sync` itself
+
+    def __getattr__(name: str) -> object:
+        # cyclone.sync (on psycopg, an optional extra) loads on first use, so that
+        # `import cyclone` needs no psycopg and `cyclone.sync.Client` works after it.
+        if name == "sync":
+            import importlib
+
+            return importlib.import_module("cyclone.sync")
+        raise AttributeError(f"module 'cyclone' has no attribute {name!r}")
 
 
 def _own_module() -> None:

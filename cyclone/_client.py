@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import asyncpg
 
@@ -49,6 +50,9 @@ from cyclone._run import (
 from cyclone._scheduler import Schedules
 from cyclone._sql import Queries
 from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 logger = logging.getLogger("cyclone")
 
@@ -181,7 +185,20 @@ class Client:
     def _acquire(self) -> Any:
         if self.pool.is_closing():
             raise InvalidStateError("the client's asyncpg pool is closed")
+        self._check_loop()
         return self.pool.acquire()
+
+    def _check_loop(self) -> None:
+        """An asyncpg pool works only in the event loop it was made in; another loop (a second
+        ``asyncio.run``) gets this error rather than asyncpg's "another operation is in
+        progress" or a hang."""
+        loop = getattr(self.pool, "_loop", None)  # asyncpg keeps the pool's loop here
+        if loop is not None and loop is not asyncio.get_running_loop():
+            raise InvalidStateError(
+                "this client's asyncpg pool belongs to another event loop (one per "
+                "asyncio.run): create the pool and the client inside the loop that uses "
+                "them, or use cyclone.sync.Client from synchronous code"
+            )
 
     @contextlib.asynccontextmanager
     async def _borrow(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy]:
@@ -192,6 +209,7 @@ class Client:
         session lock), so a connection left clean is kept until the event loop's next turn:
         calls in a row, as a loop of enqueues makes them, share it with no reset between.
         """
+        self._check_loop()
         conn, self._spare = self._spare, None
         if conn is not None and conn.is_closed():
             self._release_soon(conn)  # the pool takes a closed connection back too
@@ -300,8 +318,29 @@ class Client:
 
     # Wakeups
 
+    @overload
+    def transaction(
+        self, conn: AsyncSession
+    ) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
+    @overload
+    def transaction(
+        self, conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy | TrackedConnection
+    ) -> contextlib.AbstractAsyncContextManager[TrackedConnection]: ...
+    def transaction(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Run a tracked transaction on ``conn``; its wakeups are published after commit.
+
+        A SQLAlchemy ``AsyncSession`` (on asyncpg) gets ``session.begin()`` (a savepoint when
+        a transaction is open), its wakeups published after the session's outermost commit.
+        """
+        if "sqlalchemy" in sys.modules:
+            from cyclone.integrations import sqlalchemy as glue
+
+            if isinstance(conn, glue.AsyncSession):
+                return glue.async_transaction(self, conn)
+        return self._tracked_transaction(conn)
+
     @contextlib.asynccontextmanager
-    async def transaction(
+    async def _tracked_transaction(
         self, conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy | TrackedConnection
     ) -> AsyncIterator[TrackedConnection]:
         """Run a tracked transaction on ``conn``; its wakeups are published after commit.
@@ -417,10 +456,10 @@ class Client:
         """Runs matching ``query``, newest first, one page at a time."""
         query = query or RunQuery()
         limit = validate_int(query.limit, what="limit", low=1)
-        args = _search_args(query)
+        args = search_args(query)
         async with self._acquire() as conn:
             rows = await db.run_search(conn, self.queries, *args, limit + 1, query.scan)
-            runs = [_run_info(r) for r in rows[:limit]]
+            runs = [run_info(r) for r in rows[:limit]]
             if len(rows) > limit:
                 next_cursor: str | None = str(runs[-1].id)
             elif query.scan is not None:
@@ -608,7 +647,7 @@ class Client:
             nodes = await db.run_nodes(conn, self.queries, run_id)
             edges = await db.run_edges(conn, self.queries, run_id)
             payload = await db.run_payload(conn, self.queries, run_id)
-        info = _run_info(rows[0], payload)
+        info = run_info(rows[0], payload)
         info.edges.extend((e["parent"], e["child"]) for e in edges)
         info.nodes.extend(
             NodeInfo(
@@ -636,13 +675,7 @@ class Client:
     async def _run_result(self, run_id: uuid.UUID, output_type: Any, timeout: float | None) -> Any:
         # The read that sees the run ended is the one that returns its output.
         _, row = await self._until_ended(run_id, timeout, self._read_result)
-        if row["state"] == "failed":
-            raise RunFailedError(run_id, _codec.decode(row["error"], Any) if row["error"] else None)
-        if row["state"] == "cancelled":
-            raise RunCancelledError(run_id)
-        if not row["job"] and row["result_node"] is None:
-            raise NoOutputError(run_id)
-        return _codec.decode(row["output"], output_type)
+        return result_of(run_id, row, output_type)
 
     # Read models for dashboards (cyclone.web)
 
@@ -652,7 +685,7 @@ class Client:
         bounds the runs read, as in :meth:`list_runs`."""
         query = query or RunQuery()
         cap = validate_int(at_most, what="at_most", low=1)
-        args = _search_args(query)
+        args = search_args(query)
         async with self._acquire() as conn:
             return await db.run_count(conn, self.queries, *args, cap, query.scan)
 
@@ -711,7 +744,18 @@ class Client:
         )
 
 
-def _search_args(query: RunQuery) -> list[Any]:
+def result_of(run_id: uuid.UUID, row: db.Record, output_type: Any) -> Any:
+    """The typed result of an ended run's ``run_result`` row, or the error it ended with."""
+    if row["state"] == "failed":
+        raise RunFailedError(run_id, _codec.decode(row["error"], Any) if row["error"] else None)
+    if row["state"] == "cancelled":
+        raise RunCancelledError(run_id)
+    if not row["job"] and row["result_node"] is None:
+        raise NoOutputError(run_id)
+    return _codec.decode(row["output"], output_type)
+
+
+def search_args(query: RunQuery) -> list[Any]:
     """The filter parameters of run_search and run_count ($1..$7), checked."""
     states = query.state
     if isinstance(states, RunState | str):
@@ -735,7 +779,7 @@ def _search_args(query: RunQuery) -> list[Any]:
     ]
 
 
-def _run_info(row: db.Record, payload: db.Record | None = None) -> RunInfo:
+def run_info(row: db.Record, payload: db.Record | None = None) -> RunInfo:
     input = output = None
     if payload is not None:
         input = _codec.decode(payload["input"], Any)

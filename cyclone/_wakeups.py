@@ -9,11 +9,16 @@ with :func:`track_wakeups`, commits, and then calls ``client.publish_wakeups``.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 import asyncpg
+
+if TYPE_CHECKING:
+    import psycopg
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 logger = logging.getLogger("cyclone")
 
@@ -47,29 +52,22 @@ class Wakeups:
     def __repr__(self) -> str:
         return f"Wakeups({sorted(self._queues)!r})"
 
+    def add(self, queue: str) -> None:
+        """Record that ``queue`` gets claimable work (once its transaction committed)."""
+        self._queues.add(queue)
+
     def take(self) -> set[str]:
         """Return the queue names and clear them (so a second publish sends nothing)."""
         queues, self._queues = self._queues, set()
         return queues
 
 
-class TrackedConnection:
-    """A connection whose Cyclone writes record wakeups; it stands in wherever a ``tx`` goes.
+class WakeupFrames:
+    """The wakeups of a tracked connection: one frame per open block, kept only if it commits."""
 
-    Everything but ``transaction()`` is passed through to the wrapped asyncpg connection.
-    Wakeups recorded inside a ``transaction()`` block are kept only if the block commits; a
-    nested block is a savepoint with the same rule.
-    """
-
-    def __init__(self, conn: AnyConnection, wakeups: Wakeups) -> None:
-        self._conn = conn
+    def __init__(self, wakeups: Wakeups) -> None:
         self._wakeups = wakeups
         self._frames: list[set[str]] = []
-
-    @property
-    def connection(self) -> AnyConnection:
-        """The wrapped asyncpg connection."""
-        return self._conn
 
     @property
     def wakeups(self) -> Wakeups:
@@ -81,7 +79,34 @@ class TrackedConnection:
         if self._frames:
             self._frames[-1].add(queue)
         else:
-            self._wakeups._queues.add(queue)
+            self._wakeups.add(queue)
+
+    def _push(self) -> None:
+        self._frames.append(set())
+
+    def _pop(self, *, keep: bool) -> None:
+        frame = self._frames.pop()
+        if keep:
+            for queue in frame:
+                self.record(queue)
+
+
+class TrackedConnection(WakeupFrames):
+    """A connection whose Cyclone writes record wakeups; it stands in wherever a ``tx`` goes.
+
+    Everything but ``transaction()`` is passed through to the wrapped asyncpg connection.
+    Wakeups recorded inside a ``transaction()`` block are kept only if the block commits; a
+    nested block is a savepoint with the same rule.
+    """
+
+    def __init__(self, conn: AnyConnection, wakeups: Wakeups) -> None:
+        super().__init__(wakeups)
+        self._conn = conn
+
+    @property
+    def connection(self) -> AnyConnection:
+        """The wrapped asyncpg connection."""
+        return self._conn
 
     def transaction(self, **kwargs: Any) -> TrackedTransaction:
         """Like ``asyncpg.Connection.transaction``; a nested one is a savepoint."""
@@ -93,15 +118,6 @@ class TrackedConnection:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
-
-    def _push(self) -> None:
-        self._frames.append(set())
-
-    def _pop(self, *, keep: bool) -> None:
-        frame = self._frames.pop()
-        if keep:
-            for queue in frame:
-                self.record(queue)
 
 
 class TrackedTransaction:
@@ -159,26 +175,88 @@ class TrackedTransaction:
             await self.rollback()
 
 
-def track_wakeups(conn: AnyConnection) -> tuple[TrackedConnection, Wakeups]:
+@overload
+def track_wakeups(conn: AnyConnection | TrackedConnection) -> tuple[TrackedConnection, Wakeups]: ...
+@overload
+def track_wakeups(conn: AsyncSession) -> tuple[AsyncSession, Wakeups]: ...
+def track_wakeups(conn: Any) -> tuple[Any, Wakeups]:
     """Wrap ``conn`` so that Cyclone's ``*_tx`` calls on it record wakeups.
 
     Returns the tracked connection (pass it as ``tx``) and the :class:`Wakeups` it fills.
-    Publish them with ``client.publish_wakeups(wakeups)`` after the commit.
+    Publish them with ``client.publish_wakeups(wakeups)`` after the commit. A SQLAlchemy
+    ``AsyncSession`` is its own tracked connection: its committed wakeups fill the
+    :class:`Wakeups` instead of being published at its commit.
     """
+    if not isinstance(conn, AnyConnection | TrackedConnection) and "sqlalchemy" in sys.modules:
+        from cyclone.integrations.sqlalchemy import track_session
+
+        return conn, track_session(conn)
     if isinstance(conn, TrackedConnection):
         conn = conn.connection
     wakeups = Wakeups()
     return TrackedConnection(conn, wakeups), wakeups
 
 
-Tx = AnyConnection | TrackedConnection
-"""What a ``*_tx`` call accepts: an asyncpg connection in a transaction, or a tracked one."""
+if TYPE_CHECKING:
+    Tx: TypeAlias = AnyConnection | TrackedConnection | AsyncSession | AsyncConnection
+else:  # SQLAlchemy is optional: a type checker sees its session types, the runtime need not
+    Tx = AnyConnection | TrackedConnection
+"""What a ``*_tx`` call accepts: an asyncpg connection in a transaction, a tracked one, or a
+SQLAlchemy ``AsyncSession``/``AsyncConnection`` on asyncpg in a transaction."""
 
 
-def unwrap(
-    tx: Tx,
-) -> tuple[AnyConnection, TrackedConnection | None]:
-    """The raw connection behind ``tx``, and its tracker if it has one."""
-    if isinstance(tx, TrackedConnection):
-        return tx.connection, tx
-    return tx, None
+class SyncTrackedConnection(WakeupFrames):
+    """A psycopg connection whose Cyclone writes record wakeups (``cyclone.sync``).
+
+    ``transaction()`` is psycopg's (a context manager; a nested one is a savepoint), with the
+    same rule for wakeups as :class:`TrackedConnection`; everything else is passed through.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any], wakeups: Wakeups) -> None:
+        super().__init__(wakeups)
+        self._conn = conn
+
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        """The wrapped psycopg connection."""
+        return self._conn
+
+    def transaction(self, **kwargs: Any) -> SyncTrackedTransaction:
+        """Like ``psycopg.Connection.transaction``; a nested one is a savepoint."""
+        return SyncTrackedTransaction(self, self._conn.transaction(**kwargs))
+
+    def is_in_transaction(self) -> bool:
+        """Whether the psycopg connection has a transaction open on the server."""
+        from psycopg import pq
+
+        return self._conn.info.transaction_status != pq.TransactionStatus.IDLE
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class SyncTrackedTransaction:
+    """A transaction (or savepoint) of a :class:`SyncTrackedConnection`."""
+
+    def __init__(self, owner: SyncTrackedConnection, tx: Any) -> None:
+        self._owner = owner
+        self._tx = tx
+
+    def __enter__(self) -> SyncTrackedTransaction:
+        self._tx.__enter__()
+        self._owner._push()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        try:
+            suppressed = bool(self._tx.__exit__(exc_type, exc, tb))
+        except BaseException:
+            self._owner._pop(keep=False)
+            raise
+        self._owner._pop(keep=exc_type is None)
+        return suppressed

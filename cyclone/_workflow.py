@@ -1,4 +1,6 @@
-"""DAG workflows: definition and validation (pure), and the rows a submit writes.
+"""DAG workflows: definition and validation, and the plan of rows a submit writes (pure).
+
+A submit turns into a :class:`SubmitPlan` here; the insert path (``_insert``) writes it.
 
 Nodes can only depend on nodes defined before them, so a definition is always acyclic and
 its definition order is a topological order. A submitted run stores its nodes and edges, so
@@ -14,20 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from cyclone import _codec
-from cyclone import _queries as db
-from cyclone._errors import InvalidInputError, SubmitConflictError, UnknownKindError
-from cyclone._insert import (
-    check_options,
-    payload_limit,
-    require_transaction,
-    trace_text,
-    uuid7,
-)
+from cyclone._errors import InvalidInputError, UnknownKindError
+from cyclone._insert import Producer, check_options, payload_limit, target_for
 from cyclone._keys import validate_key, validate_name
 from cyclone._kinds import Kind, Step
-from cyclone._notifier import queue_payload
 from cyclone._options import Options, SubmitOptions, seconds
-from cyclone._recorder import RecordedSubmit, TxRecorder
 from cyclone._run import ResultRun, Run
 from cyclone._wakeups import Tx
 
@@ -43,7 +36,6 @@ Out_co = TypeVar("Out_co", covariant=True)
 
 SUBMIT_OPTIONS = SubmitOptions.__optional_keys__
 _WAIT_QUEUE = "-"  # wait nodes are never claimed; the column wants a value
-_KEY_TRIES = 3
 # Every workflow this process defined, for the worker's check that a step it serves is not
 # also a node of a workflow it was not given (whose nodes it would then never claim).
 _DEFINED: weakref.WeakSet[Workflow[Any]] = weakref.WeakSet()
@@ -52,6 +44,46 @@ _DEFINED: weakref.WeakSet[Workflow[Any]] = weakref.WeakSet()
 def defined_workflows() -> list[Workflow[Any]]:
     """The workflows defined in this process so far, by name."""
     return sorted(_DEFINED, key=lambda wf: wf.name)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitPlan:
+    """What a submit writes: the run, its nodes and edges (as ``workflow_insert`` columns)."""
+
+    name: str
+    input: Any
+    encoded: str
+    key: str | None
+    result_node: str | None
+    options: Options
+    nodes: tuple[list[Any], ...]  # names, kinds, queues, max attempts, deps, wait timeouts
+    edges: tuple[list[str], list[str]]  # parents, children
+    queues: list[str]  # of the root steps: what to wake once the run commits
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes the run has."""
+        return len(self.nodes[0])
+
+    def arguments(self, trace: str | None) -> tuple[Any, ...]:
+        """The parameters of ``workflow_insert`` after the run id (``trace``: the trace
+        context to store, taken inside the submit's span)."""
+        opts = self.options
+        priority = 0 if opts.priority is None else opts.priority
+        return (
+            self.name,
+            self.encoded,
+            self.result_node,
+            self.key,
+            self.node_count,
+            opts.run_deadline,
+            priority,
+            opts.process_at,
+            *self.nodes,
+            *self.edges,
+            trace,
+            opts.group,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,104 +248,48 @@ class Workflow(Generic[In]):
     def _result_node(self) -> str | None:
         return None
 
-    async def _submit(
-        self,
-        client: Client,
-        tx: Tx | TxRecorder | None,
-        key: str | None,
-        input: In,
-        options: Mapping[str, Any],
-    ) -> tuple[Run, bool]:
+    def plan(
+        self, producer: Producer | None, key: str | None, input: In, options: Mapping[str, Any]
+    ) -> SubmitPlan:
+        """Check a submit and return what it writes (nothing is written here)."""
         opts = check_options(options, SUBMIT_OPTIONS, call="submit")
         if not self._nodes:
             raise InvalidInputError(f"workflow {self.name!r} has no nodes")
         result_node = self._result_node()
         encoded = _codec.encode(
-            input, self.input_type, what=f"input of {self.name!r}", limit=payload_limit(client, tx)
+            input, self.input_type, what=f"input of {self.name!r}", limit=payload_limit(producer)
         )
-        plan = self._plan(opts)
-        queues = {n.kind.queue for n in self._nodes.values() if n.kind and not n.after}
-        wake = opts.claimable_now()
-        if isinstance(tx, TxRecorder):
-            run_id, created = uuid7(), True
-            tx.submitted.append(RecordedSubmit(self.name, input, opts, run_id, key))
-            return self._handle(client, run_id), created
-        span = {"cyclone.workflow": self.name, "cyclone.nodes": len(self._nodes)}
-        with client.observers.enqueue_span(f"submit {self.name}", span):
-            planned: tuple[Any, ...] = (*plan, trace_text(client), opts.group)
-            if tx is None:
-                async with client._acquire() as conn:
-                    run_id, created = await self._insert(
-                        client, conn, key, encoded, result_node, opts, planned
-                    )
-                if created and wake:
-                    client._publish([queue_payload(q) for q in sorted(queues)])
-            else:
-                conn, tracker = require_transaction(tx)
-                run_id, created = await self._insert(
-                    client, conn, key, encoded, result_node, opts, planned
-                )
-                if created and wake and tracker is not None:
-                    for queue in queues:
-                        tracker.record(queue)
-        if created:
-            for queue in queues:
-                client.observers.enqueued(self.name, queue, 1)
-        return self._handle(client, run_id), created
-
-    def _plan(self, opts: Options) -> tuple[list[Any], ...]:
         nodes = list(self._nodes.values())
-        parents = [p for n in nodes for p in n.after]
-        children = [n.name for n in nodes for _ in n.after]
-        return (
-            [n.name for n in nodes],
-            [n.kind.name if n.kind else None for n in nodes],
-            [n.kind.queue if n.kind else _WAIT_QUEUE for n in nodes],
-            [n.kind.max_attempts if n.kind else 1 for n in nodes],
-            [len(n.after) for n in nodes],
-            [n.timeout for n in nodes],
-            parents,
-            children,
+        return SubmitPlan(
+            name=self.name,
+            input=input,
+            encoded=encoded,
+            key=None if key is None else validate_key(key),
+            result_node=result_node,
+            options=opts,
+            nodes=(
+                [n.name for n in nodes],
+                [n.kind.name if n.kind else None for n in nodes],
+                [n.kind.queue if n.kind else _WAIT_QUEUE for n in nodes],
+                [n.kind.max_attempts if n.kind else 1 for n in nodes],
+                [len(n.after) for n in nodes],
+                [n.timeout for n in nodes],
+            ),
+            edges=([p for n in nodes for p in n.after], [n.name for n in nodes for _ in n.after]),
+            queues=sorted({n.kind.queue for n in nodes if n.kind and not n.after}),
         )
 
-    async def _insert(
+    async def _submit(
         self,
-        client: Client,
-        conn: db.Conn,
+        client: Client | None,
+        tx: object,
         key: str | None,
-        encoded: str,
-        result_node: str | None,
-        opts: Options,
-        plan: tuple[Any, ...],
-    ) -> tuple[uuid.UUID, bool]:
-        q = client.queries
-        priority = 0 if opts.priority is None else opts.priority
-        for _ in range(_KEY_TRIES):
-            run_id = uuid7()
-            inserted = await db.workflow_insert(
-                conn,
-                q,
-                run_id,
-                self.name,
-                encoded,
-                result_node,
-                key,
-                len(self._nodes),
-                opts.run_deadline,
-                priority,
-                opts.process_at,
-                *plan,
-            )
-            if inserted is not None:
-                return inserted, True
-            assert key is not None  # only a keyed insert can insert nothing
-            existing = await db.workflow_find_key(conn, q, self.name, key, encoded)
-            if existing is not None:
-                if not existing["same_input"]:
-                    raise SubmitConflictError(self.name, key, existing["id"])
-                return existing["id"], False
-            # The key's run was purged between the two statements: the key is free again.
-        raise RuntimeError(f"submit key {key!r} of {self.name!r} kept changing hands")
+        input: In,
+        options: Mapping[str, Any],
+    ) -> tuple[Run, bool]:
+        target = target_for(client, tx)
+        run_id, created = await target.write_run(self.plan(client, key, input, options))
+        return self._handle(client, run_id), created  # type: ignore[arg-type]
 
 
 class ResultWorkflow(Workflow[In], Generic[In, Out]):

@@ -1,0 +1,512 @@
+"""The synchronous client, for producers that are not async: Django views, Flask handlers,
+scripts.
+
+``cyclone.sync.Client`` mirrors ``cyclone.Client`` for producing and reading, on psycopg 3. It
+runs the same insert path and the same named statements as the asyncio client: the path is
+written once as coroutines, which run here on a psycopg connection without an event loop
+(``cyclone._drivers``), so no business logic is written twice and no call here starts a loop
+(each ``asyncio.run`` of an asyncio client would leave its pool bound to a dead loop). Workers
+stay asyncio (``cyclone.Worker``, ``cyclone worker``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, Generic, TypeVar, Unpack, overload
+
+import psycopg
+import psycopg_pool
+
+from cyclone import _codec, _transitions
+from cyclone import _queries as db
+from cyclone._client import result_of, run_info, search_args
+from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
+from cyclone._drivers import connect, run_sync
+from cyclone._errors import InvalidInputError, NotInTransactionError, RunNotFoundError
+from cyclone._insert import CallerTransaction, DatabaseTarget, plan_jobs
+from cyclone._keys import validate_key, validate_name
+from cyclone._kinds import Kind
+from cyclone._notifier import queue_payload
+from cyclone._observe import Observers
+from cyclone._options import EnqueueManyOptions, EnqueueOptions, SubmitOptions, validate_int
+from cyclone._run import RunInfo, RunPage, RunQuery, RunState
+from cyclone._sql import Queries
+from cyclone._wakeups import SyncTrackedConnection, Wakeups
+from cyclone._workflow import ResultWorkflow, Workflow
+
+__all__ = ["Client", "ResultRun", "Run", "track_wakeups"]
+
+logger = logging.getLogger("cyclone")
+In = TypeVar("In")
+Out = TypeVar("Out")
+Out_co = TypeVar("Out_co", covariant=True)
+_WAIT_POLL_MAX = 1.0
+_NOTIFY_FULL = (psycopg.errors.ProgramLimitExceeded,)
+
+
+class Run:
+    """A handle on a run for synchronous code: an id and a client, holding no connection."""
+
+    def __init__(self, client: Client, run_id: uuid.UUID) -> None:
+        self.client = client
+        self.id = run_id
+
+    def __repr__(self) -> str:
+        return f"<cyclone.sync.{type(self).__name__} {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Run) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def status(self) -> RunState:
+        """The run's state; :class:`RunNotFoundError` if it is not visible."""
+        return self.client._status(self.id)
+
+    def wait(self, timeout: float | None = None) -> RunState:
+        """Block until the run ends; the builtin :class:`TimeoutError` after ``timeout`` s."""
+        state, _ = self.client._until_ended(self.id, timeout, result=False)
+        return state
+
+    def info(self) -> RunInfo:
+        """What the run is and where it stands (as in ``client.list_runs``)."""
+        page = self.client._runs(RunQuery(limit=1), self.id)
+        if not page:
+            raise RunNotFoundError(self.id)
+        return page[0]
+
+
+class ResultRun(Run, Generic[Out_co]):
+    """A run whose ``result()`` is typed: a job's output or a result workflow's."""
+
+    def __init__(self, client: Client, run_id: uuid.UUID, output_type: Any) -> None:
+        super().__init__(client, run_id)
+        self.output_type = output_type
+
+    def result(self, timeout: float | None = None) -> Out_co:
+        """Block until the run ends; its output, or the error it ended with."""
+        _, row = self.client._until_ended(self.id, timeout, result=True)
+        out: Out_co = result_of(self.id, row, self.output_type)
+        return out
+
+
+class Client:
+    """Cyclone for synchronous code on psycopg 3.
+
+    ``source`` is where Cyclone's own statements go (enqueue without ``_tx``, reads,
+    signals, wakeups): a ``psycopg_pool.ConnectionPool``, a ``psycopg.Connection`` (shared
+    under a lock), or Django's ``django.db.connection``. ``*_tx`` calls take the caller's
+    transaction: a psycopg connection in a transaction (tracked or not), a SQLAlchemy
+    ``Session``/``Connection`` on psycopg, or Django's connection inside ``atomic()``.
+    """
+
+    def __init__(
+        self, source: Any, *, schema: str = "public", payload_limit: int = DEFAULT_PAYLOAD_LIMIT
+    ) -> None:
+        self._django = _django_wrapper(source)
+        if self._django is None and not isinstance(
+            source, psycopg_pool.ConnectionPool | psycopg.Connection
+        ):
+            raise InvalidInputError(
+                "cyclone.sync.Client needs a psycopg_pool.ConnectionPool, a psycopg.Connection "
+                f"or Django's connection, got {type(source).__name__}"
+            )
+        self.source = source
+        self.queries = Queries(schema)
+        self.schema = schema
+        self.channel = f"cyclone_{schema}"
+        self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
+        self.observers = Observers()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<cyclone.sync.Client schema={self.schema!r}>"
+
+    # Connections
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for Cyclone's own statements, committed when the block ends."""
+        if self._django is not None:
+            from cyclone.integrations.django import own_connection
+
+            yield own_connection(self._django)
+        elif isinstance(self.source, psycopg_pool.ConnectionPool):
+            with self.source.connection() as conn:
+                yield conn
+        else:
+            with self._lock:
+                yield self.source
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[db.Conn]:
+        with self._connection() as conn, conn.transaction():
+            yield connect(conn)
+
+    def _target(self, tx: Any) -> DatabaseTarget:
+        return _OwnStatement(self) if tx is None else _caller_target(self, tx)
+
+    # Wakeups
+
+    def _publish(self, payloads: list[str], conn: psycopg.Connection[Any] | None = None) -> None:
+        """One NOTIFY statement for ``payloads``, on ``conn`` (idle, just committed) or on the
+        client's source; a failure is logged, never raised."""
+        if not payloads:
+            return
+        try:
+            if conn is None:
+                with self._transaction() as own:
+                    run_sync(db.wakeup_notify(own, self.queries, self.channel, payloads))
+            else:
+                with conn.transaction():
+                    run_sync(db.wakeup_notify(connect(conn), self.queries, self.channel, payloads))
+        except psycopg.Error as exc:
+            logger.warning(
+                "publishing %d wakeups failed (%s); polling will pick the work up",
+                len(payloads),
+                exc,
+            )
+
+    def publish_wakeups(self, wakeups: Wakeups) -> None:
+        """Send one NOTIFY per distinct queue in ``wakeups`` and clear it; call it after the
+        commit. It never raises: a failed publish is logged, and polling finds the work."""
+        self._publish([queue_payload(q) for q in sorted(wakeups.take())])
+
+    @overload
+    def transaction(
+        self, conn: psycopg.Connection[Any]
+    ) -> contextlib.AbstractContextManager[SyncTrackedConnection]: ...
+    @overload
+    def transaction(self, conn: Any) -> contextlib.AbstractContextManager[Any]: ...
+    def transaction(self, conn: Any) -> contextlib.AbstractContextManager[Any]:
+        """Run a tracked transaction on ``conn`` (a psycopg connection, or a SQLAlchemy
+        ``Session`` on psycopg); its wakeups are published after the commit. Inside an open
+        transaction the block is a savepoint whose wakeups wait for the outer commit."""
+        if not isinstance(conn, psycopg.Connection | SyncTrackedConnection):
+            from cyclone.integrations import sqlalchemy as glue
+
+            return glue.sync_transaction(conn, self._publish)
+        return self._tracked(conn)
+
+    @contextlib.contextmanager
+    def _tracked(
+        self, conn: psycopg.Connection[Any] | SyncTrackedConnection
+    ) -> Iterator[SyncTrackedConnection]:
+        ttx, wakeups = (
+            (conn, conn.wakeups)
+            if isinstance(conn, SyncTrackedConnection)
+            else (track_wakeups(conn))
+        )
+        with ttx.transaction():
+            yield ttx
+        if not ttx.is_in_transaction():
+            # Committed: the wakeups go out on the connection in hand, so a caller holding
+            # the last connection of a pool does not wait for another one.
+            self._publish([queue_payload(q) for q in sorted(wakeups.take())], ttx.connection)
+        elif ttx is not conn:
+            # Inside an untracked outer transaction, which nothing watches: the wakeups go
+            # out now, and the work waits for the workers' next poll.
+            self.publish_wakeups(wakeups)
+
+    # Producing
+
+    def enqueue(
+        self, kind: Kind[In, Out], input: In, **options: Unpack[EnqueueOptions]
+    ) -> ResultRun[Out]:
+        """Enqueue one job in Cyclone's own statement (committed when this returns)."""
+        return self._enqueue(None, kind, [input], options)[0]
+
+    def enqueue_tx(
+        self, tx: Any, kind: Kind[In, Out], input: In, **options: Unpack[EnqueueOptions]
+    ) -> ResultRun[Out]:
+        """Enqueue one job in the caller's open transaction ``tx``; never commits it."""
+        return self._enqueue(tx, kind, [input], options)[0]
+
+    def enqueue_many(
+        self, kind: Kind[In, Out], inputs: Sequence[In], **options: Unpack[EnqueueManyOptions]
+    ) -> list[ResultRun[Out]]:
+        """Enqueue many jobs in one statement; handles in the order of ``inputs``."""
+        return self._enqueue(None, kind, list(inputs), options)
+
+    def enqueue_many_tx(
+        self,
+        tx: Any,
+        kind: Kind[In, Out],
+        inputs: Sequence[In],
+        **options: Unpack[EnqueueManyOptions],
+    ) -> list[ResultRun[Out]]:
+        """``enqueue_many`` in the caller's open transaction ``tx``."""
+        return self._enqueue(tx, kind, list(inputs), options)
+
+    def _enqueue(
+        self, tx: Any, kind: Kind[In, Out], inputs: list[In], options: Any
+    ) -> list[ResultRun[Out]]:
+        target = self._target(tx)
+        plan = plan_jobs(self, kind, inputs, options)
+        if plan.ids:
+            run_sync(target.write_jobs(plan))
+        return [ResultRun(self, i, kind.output_type) for i in plan.ids]
+
+    @overload
+    def submit(
+        self, workflow: ResultWorkflow[In, Out], input: In, **options: Unpack[SubmitOptions]
+    ) -> ResultRun[Out]: ...
+    @overload
+    def submit(
+        self, workflow: Workflow[In], input: In, **options: Unpack[SubmitOptions]
+    ) -> Run: ...
+    def submit(self, workflow: Workflow[In], input: In, **options: Unpack[SubmitOptions]) -> Run:
+        """Submit a new workflow run in Cyclone's own statement."""
+        return self._submit(None, workflow, None, input, options)[0]
+
+    @overload
+    def submit_tx(
+        self,
+        tx: Any,
+        workflow: ResultWorkflow[In, Out],
+        input: In,
+        **options: Unpack[SubmitOptions],
+    ) -> ResultRun[Out]: ...
+    @overload
+    def submit_tx(
+        self, tx: Any, workflow: Workflow[In], input: In, **options: Unpack[SubmitOptions]
+    ) -> Run: ...
+    def submit_tx(
+        self, tx: Any, workflow: Workflow[In], input: In, **options: Unpack[SubmitOptions]
+    ) -> Run:
+        """Submit a new run in the caller's open transaction ``tx``."""
+        return self._submit(tx, workflow, None, input, options)[0]
+
+    @overload
+    def submit_once(
+        self,
+        workflow: ResultWorkflow[In, Out],
+        key: str,
+        input: In,
+        **options: Unpack[SubmitOptions],
+    ) -> tuple[ResultRun[Out], bool]: ...
+    @overload
+    def submit_once(
+        self, workflow: Workflow[In], key: str, input: In, **options: Unpack[SubmitOptions]
+    ) -> tuple[Run, bool]: ...
+    def submit_once(
+        self, workflow: Workflow[In], key: str, input: In, **options: Unpack[SubmitOptions]
+    ) -> tuple[Run, bool]:
+        """The one run of ``key`` (docs/submit-once.md); ``created`` only for the call that
+        made it, :class:`SubmitConflictError` for a different input."""
+        return self._submit(None, workflow, validate_key(key), input, options)
+
+    @overload
+    def submit_once_tx(
+        self,
+        tx: Any,
+        workflow: ResultWorkflow[In, Out],
+        key: str,
+        input: In,
+        **options: Unpack[SubmitOptions],
+    ) -> tuple[ResultRun[Out], bool]: ...
+    @overload
+    def submit_once_tx(
+        self,
+        tx: Any,
+        workflow: Workflow[In],
+        key: str,
+        input: In,
+        **options: Unpack[SubmitOptions],
+    ) -> tuple[Run, bool]: ...
+    def submit_once_tx(
+        self,
+        tx: Any,
+        workflow: Workflow[In],
+        key: str,
+        input: In,
+        **options: Unpack[SubmitOptions],
+    ) -> tuple[Run, bool]:
+        """``submit_once`` in the caller's open transaction ``tx``: a second transaction with
+        the same key waits for this one to commit or roll back."""
+        return self._submit(tx, workflow, validate_key(key), input, options)
+
+    def _submit(
+        self, tx: Any, workflow: Workflow[Any], key: str | None, input: Any, options: Any
+    ) -> tuple[Run, bool]:
+        target = self._target(tx)
+        run_id, created = run_sync(target.write_run(workflow.plan(self, key, input, options)))
+        if isinstance(workflow, ResultWorkflow):
+            return ResultRun(self, run_id, workflow.output_type), created
+        return Run(self, run_id), created
+
+    # Reading and signalling
+
+    @overload
+    def get_run(self, run_id: uuid.UUID, output_type: None = None) -> Run: ...
+    @overload
+    def get_run(self, run_id: uuid.UUID, output_type: type[Out]) -> ResultRun[Out]: ...
+    def get_run(self, run_id: uuid.UUID, output_type: Any = None) -> Run:
+        """A handle on an existing run; :class:`RunNotFoundError` if it is not visible."""
+        self._status(run_id)
+        return Run(self, run_id) if output_type is None else ResultRun(self, run_id, output_type)
+
+    def list_runs(self, query: RunQuery | None = None) -> RunPage:
+        """Runs matching ``query``, newest first, one page at a time (as ``cyclone.Client``)."""
+        query = query or RunQuery()
+        limit = validate_int(query.limit, what="limit", low=1)
+        args = search_args(query)
+        with self._connection() as raw:
+            conn = connect(raw)
+            rows = run_sync(db.run_search(conn, self.queries, *args, limit + 1, query.scan))
+            runs = [run_info(r) for r in rows[:limit]]
+            if len(rows) > limit:
+                next_cursor: str | None = str(runs[-1].id)
+            elif query.scan is not None:
+                end = run_sync(db.run_walk_end(conn, self.queries, args[4], query.scan))
+                next_cursor = None if end is None else str(end)
+            else:
+                next_cursor = None
+        return RunPage(runs=runs, next_cursor=next_cursor)
+
+    def _runs(self, query: RunQuery, run_id: uuid.UUID) -> list[RunInfo]:
+        with self._connection() as raw:
+            rows = run_sync(
+                db.run_list(connect(raw), self.queries, run_id, *([None] * 6), query.limit)
+            )
+        return [run_info(r) for r in rows]
+
+    def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
+        """Complete wait node ``node`` of a run with ``payload`` as its output."""
+        validate_name(node, what="node")
+        encoded = _codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
+        with self._transaction() as conn:
+            effects = run_sync(_transitions.signal(conn, self.queries, run_id, node, encoded))
+        self._publish(effects.payloads())
+
+    def _status(self, run_id: uuid.UUID) -> RunState:
+        with self._connection() as raw:
+            state = run_sync(db.run_status(connect(raw), self.queries, run_id))
+        if state is None:
+            raise RunNotFoundError(run_id)
+        return RunState(state)
+
+    def _until_ended(
+        self, run_id: uuid.UUID, timeout: float | None, *, result: bool
+    ) -> tuple[RunState, Any]:
+        """Poll the run, with a growing delay up to one second, until it ends."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            with self._connection() as raw:
+                conn = connect(raw)
+                if result:
+                    row = run_sync(db.run_result(conn, self.queries, run_id))
+                    state: str | None = None if row is None else row["state"]
+                else:
+                    row = None
+                    state = run_sync(db.run_status(conn, self.queries, run_id))
+            if state is None:
+                raise RunNotFoundError(run_id)
+            if RunState(state).terminal:
+                return RunState(state), row
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {run_id} did not end within {timeout:g} s")
+            pause = delay if deadline is None else min(delay, deadline - time.monotonic())
+            time.sleep(max(pause, 0.0))
+            delay = min(delay * 2, _WAIT_POLL_MAX)
+
+
+def track_wakeups(conn: psycopg.Connection[Any]) -> tuple[SyncTrackedConnection, Wakeups]:
+    """Wrap a psycopg connection so that ``*_tx`` calls on it record wakeups; publish them
+    with ``client.publish_wakeups(wakeups)`` after the commit."""
+    if isinstance(conn, SyncTrackedConnection):
+        conn = conn.connection
+    wakeups = Wakeups()
+    return SyncTrackedConnection(conn, wakeups), wakeups
+
+
+class _OwnStatement(DatabaseTarget):
+    """``tx is None``: Cyclone's own statement on the client's source, committed here."""
+
+    notify_full = _NOTIFY_FULL
+
+    def __init__(self, client: Client) -> None:
+        super().__init__(client)
+        self.client = client
+        self._autocommit = False
+
+    @contextlib.asynccontextmanager
+    async def connection(self, *, transaction: bool) -> AsyncIterator[db.Conn]:
+        with self.client._connection() as raw:
+            self._autocommit = raw.autocommit and not transaction
+            if self._autocommit:
+                yield connect(raw)
+            else:
+                with raw.transaction():
+                    yield connect(raw)
+
+    def carrying(self, queue: str) -> contextlib.AbstractContextManager[tuple[str, str] | None]:
+        # An autocommit statement delivers its own NOTIFY at its commit, as on asyncio.
+        wake = (self.client.channel, queue_payload(queue)) if self._autocommit else None
+        return contextlib.nullcontext(wake)
+
+    def woke(self, queues: Sequence[str]) -> None:
+        self.client._publish([queue_payload(q) for q in sorted(queues)])
+
+
+def _caller_target(client: Client, tx: Any) -> CallerTransaction:
+    """The caller's transaction ``tx``, whatever holds it."""
+    if isinstance(tx, SyncTrackedConnection | psycopg.Connection):
+        raw, record = (
+            (tx.connection, tx.record) if isinstance(tx, SyncTrackedConnection) else (tx, None)
+        )
+
+        def conn() -> psycopg.Connection[Any]:
+            if raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                raise NotInTransactionError(NOT_IN_TRANSACTION_PSYCOPG)
+            return raw
+
+        return _caller(client, conn, record)
+    wrapper = _django_wrapper(tx)
+    if wrapper is not None:
+        from cyclone.integrations.django import caller_parts
+
+        return _caller(client, *caller_parts(wrapper, client._publish))
+    if _is_sqlalchemy(tx):
+        from cyclone.integrations.sqlalchemy import sync_parts
+
+        parts = sync_parts(client, tx, client._publish)
+        if parts is not None:
+            return _caller(client, *parts)
+    raise InvalidInputError(
+        "tx must be a psycopg connection in a transaction, a SQLAlchemy Session/Connection on "
+        f"psycopg, or Django's connection inside atomic(); got {type(tx).__name__}"
+    )
+
+
+NOT_IN_TRANSACTION_PSYCOPG = (
+    "a *_tx call needs a psycopg connection inside a transaction (with conn.transaction(), "
+    "or after a first statement on a connection that is not in autocommit mode)"
+)
+
+
+def _caller(client: Client, get: Any, record: Any) -> CallerTransaction:
+    @contextlib.asynccontextmanager
+    async def open() -> AsyncIterator[db.Conn]:
+        yield connect(get())
+
+    return CallerTransaction(client, open, record, notify_full=_NOTIFY_FULL)
+
+
+def _is_sqlalchemy(obj: object) -> bool:
+    return type(obj).__module__.startswith("sqlalchemy.")
+
+
+def _django_wrapper(obj: object) -> Any:
+    if not type(obj).__module__.startswith("django."):
+        return None
+    from cyclone.integrations.django import wrapper_of
+
+    return wrapper_of(obj)

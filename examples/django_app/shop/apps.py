@@ -1,0 +1,10 @@
+"""The shop app."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ShopConfig(AppConfig):
+    name = "examples.django_app.shop"
+    label = "shop"
