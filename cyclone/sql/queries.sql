@@ -240,9 +240,9 @@ WITH async_commit AS (
     GROUP BY r.group_key
 ), recent AS MATERIALIZED (  -- each key's starts in its rate's window, if it has one
     SELECT s.group_key AS key, count(*) AS n, min(s.at) AS oldest
-    FROM __schema__.cyclone_key_starts s, gate g
-    WHERE s.queue = $1 AND g.key_rate IS NOT NULL
-      AND s.at > now() - make_interval(secs => g.key_per)
+    FROM __schema__.cyclone_key_starts s
+    WHERE s.queue = $1 AND (SELECT g.key_rate FROM gate g) IS NOT NULL
+      AND s.at > now() - make_interval(secs => (SELECT g.key_per FROM gate g))
     GROUP BY s.group_key
 ), room AS MATERIALIZED (  -- each key's running tasks, and what its own limits leave
     SELECT k.key, coalesce(r.n, 0) AS running,
@@ -322,9 +322,9 @@ WITH async_commit AS (
     SELECT $1, c.group_key, now() FROM claimed c, gate g
     WHERE g.key_rate IS NOT NULL AND c.group_key <> ''
 ), pruned AS (
-    DELETE FROM __schema__.cyclone_key_starts s USING gate g
-    WHERE s.queue = $1 AND g.key_rate IS NOT NULL
-      AND s.at <= now() - make_interval(secs => g.key_per)
+    DELETE FROM __schema__.cyclone_key_starts s
+    WHERE s.queue = $1 AND (SELECT g.key_rate FROM gate g) IS NOT NULL
+      AND s.at <= now() - make_interval(secs => (SELECT g.key_per FROM gate g))
 ), kinds_counted AS (  -- likewise for each limited kind that started work
     UPDATE __schema__.cyclone_kind_limits k
     SET version = k.version + 1, refilled_at = now(),
