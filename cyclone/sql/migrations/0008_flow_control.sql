@@ -28,7 +28,8 @@ CREATE TABLE __schema__.cyclone_queues (
 
 -- The starts of a queue with a per-key rate, by the claim's clock: a key may start key_rate
 -- in any key_per seconds (a sliding window). Written and pruned only by that queue's claims,
--- which hold its row locked; a row outlives its window by one claim at most.
+-- which hold its row locked: the queue's next claim deletes the rows out of the window, and
+-- clearing the rate deletes them all.
 CREATE TABLE __schema__.cyclone_key_starts (
     queue     text NOT NULL,
     group_key text NOT NULL,
