@@ -156,6 +156,8 @@ async def test_a_quiet_tenant_starts_in_the_first_claim_behind_a_backlog(
             )
 
         await until(b_started)
+        # Inside: the workers stay up until B's completion is committed.
+        assert await b.wait(timeout=60) is cyclone.RunState.COMPLETED
     # B's job was claimed by the first claim of all: its claim began no later than any.
     first, b_claim = await env.pool.fetchrow(
         "SELECT min(claimed_at), min(claimed_at) FILTER (WHERE tenant = 'b') FROM flow_starts"
@@ -165,7 +167,6 @@ async def test_a_quiet_tenant_starts_in_the_first_claim_behind_a_backlog(
         "SELECT count(*) FROM flow_starts WHERE claimed_at < $1", b_claim
     )
     assert ahead == 0
-    assert await b.wait(timeout=60) is cyclone.RunState.COMPLETED
 
 
 async def test_a_per_key_rate_holds_per_tenant_and_spares_a_quiet_one(
