@@ -39,21 +39,28 @@ def _count(value: object, *, what: str) -> int | None:
     return value
 
 
-def _period(rate: int | None, per: object) -> float | None:
+def _period(
+    rate: int | None, per: object, *, names: tuple[str, str] = ("rate", "per")
+) -> float | None:
+    rate_name, per_name = names
     if isinstance(per, dt.timedelta):
         per = per.total_seconds()
     if per is not None and (isinstance(per, bool) or not isinstance(per, int | float)):
-        raise InvalidLimitError(f"per must be a timedelta or seconds, got {per!r}")
+        raise InvalidLimitError(f"{per_name} must be a timedelta or seconds, got {per!r}")
     if rate is None:
         if per is not None:
-            raise InvalidLimitError("per= was given without rate=: give both, or neither")
+            raise InvalidLimitError(
+                f"{per_name}= was given without {rate_name}=: give both, or neither"
+            )
         return None
     if per is None:
         raise InvalidLimitError(
-            f"rate={rate} needs its period: per=1.0 for {rate} starts a second, say"
+            f"{rate_name}={rate} needs its period: {per_name}=1.0 for {rate} starts a second, say"
         )
     if not per > 0 or per != per or per == float("inf"):
-        raise InvalidLimitError(f"per must be a positive, finite number of seconds, got {per!r}")
+        raise InvalidLimitError(
+            f"{per_name} must be a positive, finite number of seconds, got {per!r}"
+        )
     return float(per)
 
 
@@ -65,19 +72,27 @@ class QueueLimits:
     timedelta or seconds): a token bucket of ``rate`` tokens refilled evenly over ``per``,
     so over any long span the queue starts ``rate`` per ``per``, and never more than
     ``rate`` at once after a quiet spell. ``key_concurrency``: tasks of each group key
-    (the ``group=`` enqueue option) running at once. Checked on construction.
+    (the ``group=`` enqueue option) running at once. ``key_rate`` starts per ``key_per``
+    for each group key: a sliding window, so no key starts more than ``key_rate`` in any
+    ``key_per`` seconds. Work without a key is not held by the per-key limits. Checked on
+    construction.
     """
 
     concurrency: int | None = None
     rate: int | None = None
     per: float | None = None
     key_concurrency: int | None = None
+    key_rate: int | None = None
+    key_per: float | None = None
 
     def __post_init__(self) -> None:
         _count(self.concurrency, what="concurrency")
         _count(self.rate, what="rate")
         _count(self.key_concurrency, what="key_concurrency")
+        _count(self.key_rate, what="key_rate")
         object.__setattr__(self, "per", _period(self.rate, self.per))
+        key_per = _period(self.key_rate, self.key_per, names=("key_rate", "key_per"))
+        object.__setattr__(self, "key_per", key_per)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +149,15 @@ class Queues:
         rate: int | None = None,
         per: dt.timedelta | float | None = None,
         key_concurrency: int | None = None,
+        key_rate: int | None = None,
+        key_per: dt.timedelta | float | None = None,
         create: bool = False,
     ) -> QueueLimits:
         """Replace ``queue``'s limits (a limit left out is cleared); see :class:`QueueLimits`.
         The next claim obeys them; nothing running is interrupted."""
-        limits = QueueLimits(concurrency, rate, _seconds(per), key_concurrency)
+        limits = QueueLimits(
+            concurrency, rate, _seconds(per), key_concurrency, key_rate, _seconds(key_per)
+        )
         await self.apply({queue: limits}, create=create)
         return limits
 
@@ -182,7 +201,15 @@ class Queues:
                     await self._check_known(conn, name)
                 q = queues[name]
                 await db.queue_limits_set(
-                    conn, client.queries, name, q.concurrency, q.rate, q.per, q.key_concurrency
+                    conn,
+                    client.queries,
+                    name,
+                    q.concurrency,
+                    q.rate,
+                    q.per,
+                    q.key_concurrency,
+                    q.key_rate,
+                    q.key_per,
                 )
             for name in sorted(kinds):
                 k = kinds[name]
@@ -231,7 +258,14 @@ def _seconds(per: dt.timedelta | float | None) -> float | None:
 
 
 def _settings(row: db.Record) -> QueueSettings:
-    limits = QueueLimits(row["concurrency"], row["rate"], row["per"], row["key_concurrency"])
+    limits = QueueLimits(
+        row["concurrency"],
+        row["rate"],
+        row["per"],
+        row["key_concurrency"],
+        row["key_rate"],
+        row["key_per"],
+    )
     return QueueSettings(row["queue"], row["paused"], limits)
 
 
@@ -244,4 +278,5 @@ def flow_fields(row: db.Record | None) -> dict[str, Any]:
         "concurrency_limit": row["concurrency"],
         "rate_limit": None if row["rate"] is None else (row["rate"], row["per"]),
         "key_concurrency_limit": row["key_concurrency"],
+        "key_rate_limit": None if row["key_rate"] is None else (row["key_rate"], row["key_per"]),
     }

@@ -654,9 +654,13 @@ async def queue_limits_set(
     rate: int | None,
     per: float | None,
     key_concurrency: int | None,
+    key_rate: int | None,
+    key_per: float | None,
 ) -> None:
     """Replace a queue's limits (NULL: none)."""
-    await conn.execute(q["queue_limits_set"], queue, concurrency, rate, per, key_concurrency)
+    await conn.execute(
+        q["queue_limits_set"], queue, concurrency, rate, per, key_concurrency, key_rate, key_per
+    )
 
 
 async def queue_pause_set(conn: Conn, q: Queries, queue: str, paused: bool) -> bool:

@@ -111,7 +111,8 @@ class QueueStats:
     the live workers claiming from the queue; ``unserved`` the claimable tasks that none of
     them serves (kind or workflow not given to any), detailed in ``unserved_work``.
     ``paused`` and the ``*_limit`` fields are the queue's flow control (docs/flow-control.md):
-    ``rate_limit`` is (starts, per seconds); ``None`` is no limit.
+    ``rate_limit`` and ``key_rate_limit`` (each group key's) are (starts, per seconds);
+    ``None`` is no limit.
     """
 
     queue: str
@@ -129,6 +130,7 @@ class QueueStats:
     concurrency_limit: int | None = None
     rate_limit: tuple[int, float] | None = None
     key_concurrency_limit: int | None = None
+    key_rate_limit: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -689,7 +689,13 @@ def stats(ctx: click.Context, as_json: bool) -> None:
             str(r.completed_last_minute),
             str(r.workers),
             str(r.unserved),
-            _flow_text(r.paused, r.concurrency_limit, r.rate_limit, r.key_concurrency_limit),
+            _flow_text(
+                r.paused,
+                r.concurrency_limit,
+                r.rate_limit,
+                r.key_concurrency_limit,
+                r.key_rate_limit,
+            ),
         )
     console.print(table)
 
@@ -834,8 +840,10 @@ def _flow_text(
     concurrency: int | None,
     rate: tuple[int, float] | None,
     key_concurrency: int | None,
+    key_rate: tuple[int, float] | None = None,
 ) -> str:
-    """``paused, 3 at once, 20/1s, 2 per key``; empty for a queue without flow control."""
+    """``paused, 3 at once, 20/1s, 2 per key, 10/1s per key``; empty for a queue without
+    flow control."""
     parts = ["paused"] if paused else []
     if concurrency is not None:
         parts.append(f"{concurrency} at once")
@@ -843,6 +851,8 @@ def _flow_text(
         parts.append(f"{rate[0]}/{rate[1]:g}s")
     if key_concurrency is not None:
         parts.append(f"{key_concurrency} per key")
+    if key_rate is not None:
+        parts.append(f"{key_rate[0]}/{key_rate[1]:g}s per key")
     return ", ".join(parts)
 
 
@@ -873,8 +883,10 @@ def queues_ls(ctx: click.Context, as_json: bool) -> None:
         return
     table = Table("queue or kind", "flow control")
     for s in settings:
-        rate = None if s.limits.rate is None else (s.limits.rate, s.limits.per)
-        text = _flow_text(s.paused, s.limits.concurrency, rate, s.limits.key_concurrency)
+        lim = s.limits
+        rate = None if lim.rate is None else (lim.rate, lim.per)
+        key_rate = None if lim.key_rate is None else (lim.key_rate, lim.key_per)
+        text = _flow_text(s.paused, lim.concurrency, rate, lim.key_concurrency, key_rate)
         _add_row(table, s.queue, text)
     for kind, k in kinds.items():
         rate = None if k.rate is None else (k.rate, k.per)
@@ -909,6 +921,8 @@ def queues_resume(ctx: click.Context, queue: str) -> None:
 @click.option("--rate", type=int, help="Starts per --per.")
 @click.option("--per", type=float, help="The rate's period in seconds.")
 @click.option("--key-concurrency", type=int, help="Tasks running at once per group key.")
+@click.option("--key-rate", type=int, help="Starts per --key-per of each group key.")
+@click.option("--key-per", type=float, help="The per-key rate's period in seconds.")
 @click.option("--kind", is_flag=True, help="QUEUE names a kind: limit it on every queue.")
 @click.option("--create", is_flag=True, help="Also a queue no worker claims from yet.")
 @_connection_options(top=False)
@@ -920,13 +934,17 @@ def queues_limit(
     rate: int | None,
     per: float | None,
     key_concurrency: int | None,
+    key_rate: int | None,
+    key_per: float | None,
     kind: bool,
     create: bool,
 ) -> None:
     """Replace QUEUE's limits (a limit not given is cleared; none given clears them all)."""
     if kind:
-        if key_concurrency is not None:
-            raise click.UsageError("--key-concurrency applies to a queue, not to a kind")
+        if key_concurrency is not None or key_rate is not None or key_per is not None:
+            raise click.UsageError(
+                "--key-concurrency, --key-rate and --key-per apply to a queue, not to a kind"
+            )
         _run(
             _with_client(
                 ctx,
@@ -945,10 +963,13 @@ def queues_limit(
                     rate=rate,
                     per=per,
                     key_concurrency=key_concurrency,
+                    key_rate=key_rate,
+                    key_per=key_per,
                     create=create,
                 ),
             )
         )
     rate_pair = None if rate is None or per is None else (rate, per)
-    text = _flow_text(False, concurrency, rate_pair, key_concurrency) or "no limits"
+    key_pair = None if key_rate is None or key_per is None else (key_rate, key_per)
+    text = _flow_text(False, concurrency, rate_pair, key_concurrency, key_pair) or "no limits"
     click.echo(f"{'kind ' if kind else ''}{queue}: {text}")

@@ -194,6 +194,10 @@ class QueueCollector(Collector):
                 ("concurrency", row.concurrency_limit),
                 ("rate_per_second", row.rate_limit and row.rate_limit[0] / row.rate_limit[1]),
                 ("key_concurrency", row.key_concurrency_limit),
+                (
+                    "key_rate_per_second",
+                    row.key_rate_limit and row.key_rate_limit[0] / row.key_rate_limit[1],
+                ),
             ]:
                 if value is not None:
                     limit.add_metric([row.queue, name], value)
@@ -242,7 +246,7 @@ class QueueCollector(Collector):
             gauge(
                 "queue_limit",
                 "The queue's flow-control limits (concurrency, rate_per_second, "
-                "key_concurrency); none for no limit.",
+                "key_concurrency, key_rate_per_second); none for no limit.",
                 ["queue", "limit"],
             ),
             gauge("queue_stats_up", "1 when the last scrape read the database.", []),

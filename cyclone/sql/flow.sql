@@ -1,16 +1,22 @@
 -- Flow control (see migrations/0008_flow_control.sql and the claim in queries.sql): the rows
 -- an operator changes. A change bumps the row's version, so a claim that counted running
 -- tasks before it starts nothing and claims again; running work is never interrupted.
--- A changed rate starts its bucket empty: no burst follows a change.
+-- A changed rate starts its bucket empty: no burst follows a change. A per-key rate is a
+-- sliding window over the starts log, which a change keeps: the window's starts still count.
 
 -- name: queue_limits_set
--- Set (NULL: clear) a queue's limits, keeping whether it is paused.
+-- Set (NULL: clear) a queue's limits, keeping whether it is paused. Clearing the per-key
+-- rate drops its starts log (a queue's claims prune it only while it has the rate).
+WITH cleared AS (
+    DELETE FROM __schema__.cyclone_key_starts WHERE queue = $1 AND $6::integer IS NULL
+)
 INSERT INTO __schema__.cyclone_queues AS q
-    (queue, concurrency, rate, per, key_concurrency)
-VALUES ($1, $2, $3, $4, $5)
+    (queue, concurrency, rate, per, key_concurrency, key_rate, key_per)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (queue) DO UPDATE
 SET concurrency = excluded.concurrency, rate = excluded.rate, per = excluded.per,
-    key_concurrency = excluded.key_concurrency, version = q.version + 1, updated_at = now(),
+    key_concurrency = excluded.key_concurrency, key_rate = excluded.key_rate,
+    key_per = excluded.key_per, version = q.version + 1, updated_at = now(),
     tokens = CASE WHEN (q.rate, q.per) IS NOT DISTINCT FROM (excluded.rate, excluded.per)
                   THEN q.tokens ELSE 0 END,
     refilled_at = CASE WHEN (q.rate, q.per) IS NOT DISTINCT FROM (excluded.rate, excluded.per)
@@ -28,10 +34,11 @@ RETURNING coalesce((SELECT paused FROM before), false) AS was_paused;
 
 -- name: queue_list
 -- Every queue with a setting (paused or a limit), by name; or the one named ($1).
-SELECT queue, paused, concurrency, rate, per, key_concurrency
+SELECT queue, paused, concurrency, rate, per, key_concurrency, key_rate, key_per
 FROM __schema__.cyclone_queues
 WHERE ($1::text IS NULL OR queue = $1)
-  AND (paused OR concurrency IS NOT NULL OR rate IS NOT NULL OR key_concurrency IS NOT NULL)
+  AND (paused OR concurrency IS NOT NULL OR rate IS NOT NULL OR key_concurrency IS NOT NULL
+       OR key_rate IS NOT NULL)
 ORDER BY queue;
 
 -- name: queue_known

@@ -150,13 +150,18 @@ FROM __schema__.cyclone_runs WHERE name = $1 AND key = $2;
 -- Flow control (migration 0008, docs/flow-control.md), in the same statement. A paused
 -- queue starts nothing. The tasks of each group key ('' for none) are taken in claim order,
 -- the keys in turns: the keys with fewer running tasks first (ties in random order), every
--- key's first task, then every key's second. A queue with one key counts nothing.
+-- key's first task, then every key's second. A queue without keyed work pays one probe of
+-- the claim index for it, and one key alone counts nothing.
 -- A limited queue's row (and a limited kind's) is locked, so that its claims take turns, and
 -- each claim that starts work bumps its version. Running tasks are counted in this
 -- statement's snapshot, which a claim committed while this one waited for the lock is not
 -- in: so a claim whose snapshot saw an older version than the row it locked starts nothing
 -- and says to claim again at once (a version equal to the snapshot's proves that every claim
 -- of the queue is in the snapshot; a task that ended since is counted still, which is safe).
+-- Running tasks are counted through the lease index (running tasks only: the state is said
+-- too, so that a plan without statistics does not take every task for running), and only
+-- when a limit or the turns need them. A per-key rate counts each key's starts in its window from
+-- cyclone_key_starts, which the same claims write and prune under the same lock.
 -- After the tasks, one row with a NULL id may follow, when a limit held the claim back:
 -- retry_in is how many seconds until it can start more (0: at once; NULL: when a task ends).
 WITH async_commit AS (
@@ -164,10 +169,10 @@ WITH async_commit AS (
 ), seen AS MATERIALIZED (  -- the queue's row in this statement's snapshot; none: no limits
     SELECT q.paused, q.version,
         q.concurrency IS NOT NULL OR q.rate IS NOT NULL OR q.key_concurrency IS NOT NULL
-            AS limited
+            OR q.key_rate IS NOT NULL AS limited
     FROM __schema__.cyclone_queues q WHERE q.queue = $1
 ), gate AS MATERIALIZED (  -- a limited queue's row, locked: its newest version
-    SELECT q.version, q.concurrency, q.key_concurrency, q.rate, q.per,
+    SELECT q.version, q.concurrency, q.key_concurrency, q.rate, q.per, q.key_rate, q.key_per,
         least(q.rate, q.tokens + greatest(0, extract(epoch FROM now() - q.refilled_at))
                                  * q.rate / q.per) AS tokens
     FROM __schema__.cyclone_queues q
@@ -196,8 +201,7 @@ WITH async_commit AS (
         greatest(0, least(
             CASE WHEN g.concurrency IS NOT NULL THEN g.concurrency
                 - (SELECT count(*) FROM __schema__.cyclone_tasks r
-                   WHERE r.state = 'running' AND r.group_key IS NOT NULL
-                     AND r.kind = g.kind) END,
+                   WHERE r.state = 'running' AND r.lease_until BETWEEN '-infinity' AND 'infinity' AND r.kind = g.kind) END,
             floor(g.tokens)))::int AS free
     FROM kind_gate g
 ), allow AS MATERIALIZED (  -- what the queue may start now: none if paused or stale
@@ -206,14 +210,18 @@ WITH async_commit AS (
         ELSE greatest(0, least($3,
             (SELECT CASE WHEN g.concurrency IS NOT NULL THEN g.concurrency
                  - (SELECT count(*) FROM __schema__.cyclone_tasks r
-                    WHERE r.state = 'running' AND r.group_key IS NOT NULL
-                      AND r.queue = $1) END FROM gate g),
+                    WHERE r.state = 'running' AND r.lease_until BETWEEN '-infinity' AND 'infinity' AND r.queue = $1) END FROM gate g),
             (SELECT floor(g.tokens) FROM gate g)))::int
         END AS n
+), keyed AS MATERIALIZED (  -- the first group key with available tasks, if any: one probe
+    SELECT t.group_key AS key FROM __schema__.cyclone_tasks t
+    WHERE t.state = 'available' AND t.queue = $1 AND t.group_key > ''
+      AND (SELECT n FROM allow) > 0
+    ORDER BY t.group_key LIMIT 1
 ), keys AS MATERIALIZED (  -- the keys with available tasks: one claim index probe each
     WITH RECURSIVE k (key) AS (
         (SELECT t.group_key FROM __schema__.cyclone_tasks t
-         WHERE t.state = 'available' AND t.queue = $1 AND (SELECT n FROM allow) > 0
+         WHERE t.state = 'available' AND t.queue = $1 AND EXISTS (SELECT 1 FROM keyed)
          ORDER BY t.group_key LIMIT 1)
         UNION ALL
         SELECT (SELECT t.group_key FROM __schema__.cyclone_tasks t
@@ -222,19 +230,31 @@ WITH async_commit AS (
         FROM k WHERE k.key IS NOT NULL
     )
     SELECT key FROM k WHERE key IS NOT NULL
-), room AS MATERIALIZED (  -- each key's running tasks (when there is more than one key)
-    SELECT k.key, r.running,
-        CASE WHEN k.key <> '' THEN (SELECT g.key_concurrency FROM gate g) - r.running END
-            AS free
+    UNION ALL  -- a queue without keyed work: its one group, without looking further
+    SELECT '' WHERE (SELECT n FROM allow) > 0 AND NOT EXISTS (SELECT 1 FROM keyed)
+), running AS MATERIALIZED (  -- the queue's running tasks by key, if the turns need them
+    SELECT r.group_key AS key, count(*) AS n FROM __schema__.cyclone_tasks r
+    WHERE r.state = 'running' AND r.lease_until BETWEEN '-infinity' AND 'infinity' AND r.queue = $1
+      AND ((SELECT count(*) FROM keys) > 1
+           OR (SELECT g.key_concurrency FROM gate g) IS NOT NULL)
+    GROUP BY r.group_key
+), recent AS MATERIALIZED (  -- each key's starts in its rate's window, if it has one
+    SELECT s.group_key AS key, count(*) AS n, min(s.at) AS oldest
+    FROM __schema__.cyclone_key_starts s
+    WHERE s.queue = $1 AND (SELECT g.key_rate FROM gate g) IS NOT NULL
+      AND s.at > now() - make_interval(secs => (SELECT g.key_per FROM gate g))
+    GROUP BY s.group_key
+), room AS MATERIALIZED (  -- each key's running tasks, and what its own limits leave
+    SELECT k.key, coalesce(r.n, 0) AS running,
+        CASE WHEN k.key <> '' THEN least(g.key_concurrency - coalesce(r.n, 0),
+                                         g.key_rate - coalesce(s.n, 0)) END AS free,
+        CASE WHEN k.key <> '' AND s.n >= g.key_rate  -- until its oldest start leaves
+            THEN extract(epoch FROM s.oldest + make_interval(secs => g.key_per) - now())
+        END AS wait
     FROM keys k
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN (SELECT count(*) FROM keys) > 1
-                      OR (k.key <> '' AND (SELECT g.key_concurrency FROM gate g) IS NOT NULL)
-            THEN (SELECT count(*) FROM __schema__.cyclone_tasks r
-                  WHERE r.state = 'running' AND r.group_key IS NOT NULL AND r.queue = $1
-                    AND r.group_key = k.key)
-            ELSE 0 END AS running
-    ) r
+    LEFT JOIN running r ON r.key = k.key
+    LEFT JOIN recent s ON s.key = k.key
+    LEFT JOIN gate g ON true
 ), turns AS MATERIALIZED (  -- up to n keys with room, in turn, each to take its share
     SELECT key, free, row_number() OVER (ORDER BY running, random()) AS turn
     FROM room WHERE free IS NULL OR free > 0
@@ -282,7 +302,7 @@ WITH async_commit AS (
     FROM chosen, async_commit
     WHERE t.run_id = chosen.run_id AND t.id = chosen.id
       AND t.run_id = ANY (ARRAY(SELECT run_id FROM chosen))
-    RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
+    RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims, t.group_key,
         -- The claimed tasks' runs, by key again (one read for the three columns).
         (SELECT ARRAY[r.name, r.input::text, r.trace::text]
          FROM __schema__.cyclone_runs r WHERE r.id = t.run_id) AS run,
@@ -297,6 +317,14 @@ WITH async_commit AS (
     FROM gate g, (SELECT count(*) AS n FROM claimed) c
     WHERE q.queue = $1 AND c.n > 0
     RETURNING q.rate, q.per, q.tokens
+), logged AS (  -- a per-key rate's starts, and the end of those out of every window
+    INSERT INTO __schema__.cyclone_key_starts (queue, group_key, at)
+    SELECT $1, c.group_key, now() FROM claimed c, gate g
+    WHERE g.key_rate IS NOT NULL AND c.group_key <> ''
+), pruned AS (
+    DELETE FROM __schema__.cyclone_key_starts s
+    WHERE s.queue = $1 AND (SELECT g.key_rate FROM gate g) IS NOT NULL
+      AND s.at <= now() - make_interval(secs => (SELECT g.key_per FROM gate g))
 ), kinds_counted AS (  -- likewise for each limited kind that started work
     UPDATE __schema__.cyclone_kind_limits k
     SET version = k.version + 1, refilled_at = now(),
@@ -310,14 +338,17 @@ WITH async_commit AS (
         -- Keys took their shares and more may be waiting: claim again at once.
         WHEN (SELECT count(*) FROM turns) > 1 AND (SELECT count(*) FROM claimed) > 0
              AND (SELECT count(*) FROM claimed) < (SELECT n FROM allow) THEN 0
-        ELSE (SELECT min((1 - b.tokens) * b.per / b.rate) FROM (
-                  SELECT rate, per, tokens FROM counted
-                  UNION ALL SELECT rate, per, tokens FROM kinds_counted
-                  UNION ALL SELECT rate, per, tokens FROM gate
-                  WHERE NOT EXISTS (SELECT 1 FROM counted)
-                  UNION ALL SELECT f.rate, f.per, f.tokens FROM kind_free f
-                  WHERE NOT EXISTS (SELECT 1 FROM kinds_counted)) b
-              WHERE b.rate IS NOT NULL AND b.tokens < 1)
+        ELSE (SELECT greatest(0, min(w.seconds)) FROM (
+                  SELECT (1 - b.tokens) * b.per / b.rate AS seconds FROM (
+                      SELECT rate, per, tokens FROM counted
+                      UNION ALL SELECT rate, per, tokens FROM kinds_counted
+                      UNION ALL SELECT rate, per, tokens FROM gate
+                      WHERE NOT EXISTS (SELECT 1 FROM counted)
+                      UNION ALL SELECT f.rate, f.per, f.tokens FROM kind_free f
+                      WHERE NOT EXISTS (SELECT 1 FROM kinds_counted)) b
+                  WHERE b.rate IS NOT NULL AND b.tokens < 1
+                  UNION ALL  -- a key at its rate: until a start leaves its window
+                  SELECT r.wait::float8 FROM room r WHERE r.wait IS NOT NULL) w)
         END AS retry_in
     WHERE (SELECT count(*) FROM claimed) < $3
       AND ((SELECT stale FROM stale) OR EXISTS (SELECT 1 FROM gate)

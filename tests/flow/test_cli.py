@@ -36,6 +36,16 @@ async def test_queues_commands(cyclone_env: CycloneEnv) -> None:
     assert "paused, 3 at once, 20/1s" in out and "kind send.mail" in out
     code, out, err = await cli("stats", dsn=dsn)
     assert code == 0 and "paused, 3 at once" in out, (out, err)
+    code, out, err = await cli(
+        "queues", "limit", "bulk", "--key-rate", "10", "--key-per", "1", "--create", dsn=dsn
+    )
+    assert (code, out.strip()) == (0, "bulk: 10/1s per key"), err
+    code, out, err = await cli("queues", "limit", "bulk", "--key-rate", "10", dsn=dsn)
+    assert code != 0 and "key_rate=10 needs its period: key_per=1.0" in err
+    code, out, err = await cli("queues", "ls", dsn=dsn)
+    assert "10/1s per key" in out
+    code, out, err = await cli("queues", "limit", "bulk", dsn=dsn)
+    assert (code, out.strip()) == (0, "bulk: no limits"), err
     code, out, err = await cli("queues", "resume", "mail", dsn=dsn)
     assert (code, out.strip()) == (0, "resumed mail"), err
     assert (await queues.get("mail")).limits == cyclone.QueueLimits(3, 20, 1.0)

@@ -4,6 +4,7 @@ while work runs, resume waking workers, kind limits, and what stats() shows."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 
 import pytest
 
@@ -56,6 +57,14 @@ def fresh() -> None:
         ({"rate": 10, "per": 0}, "per must be a positive, finite number"),
         ({"rate": 10, "per": -1.0}, "per must be a positive, finite number"),
         ({"rate": 0, "per": 1.0}, "rate must be at least 1"),
+        ({"key_rate": 0, "key_per": 1.0}, "key_rate must be at least 1"),
+        ({"key_rate": -1, "key_per": 1.0}, "key_rate must be at least 1"),
+        ({"key_rate": 1.5, "key_per": 1.0}, "key_rate must be an int"),
+        ({"key_rate": 10}, "key_rate=10 needs its period: key_per=1.0"),
+        ({"key_per": 1.0}, "key_per= was given without key_rate="),
+        ({"key_rate": 10, "key_per": 0}, "key_per must be a positive, finite number"),
+        ({"key_rate": 10, "key_per": float("nan")}, "key_per must be a positive, finite"),
+        ({"key_rate": 10, "key_per": "1s"}, "key_per must be a timedelta or seconds"),
     ],
 )
 async def test_bad_limits_are_refused_and_write_nothing(
@@ -64,7 +73,7 @@ async def test_bad_limits_are_refused_and_write_nothing(
     queues = cyclone_env.client.queues
     with pytest.raises(cyclone.InvalidLimitError, match=message):
         await queues.set_limits("held", create=True, **options)  # type: ignore[arg-type]
-    kind_options = {k: v for k, v in options.items() if k != "key_concurrency"}
+    kind_options = {k: v for k, v in options.items() if not k.startswith("key_")}
     if kind_options:  # a kind's limits are checked alike
         with pytest.raises(cyclone.InvalidLimitError, match=message):
             await queues.set_kind_limits("flow.hold", **kind_options)  # type: ignore[arg-type]
@@ -144,13 +153,21 @@ async def test_resume_wakes_workers_at_once(cyclone_env: CycloneEnv) -> None:
 async def test_stats_show_paused_and_limited_queues(cyclone_env: CycloneEnv) -> None:
     client = cyclone_env.client
     await client.queues.set_limits(
-        "idle", concurrency=3, rate=10, per=60, key_concurrency=1, create=True
+        "idle",
+        concurrency=3,
+        rate=10,
+        per=60,
+        key_concurrency=1,
+        key_rate=5,
+        create=True,
+        key_per=dt.timedelta(minutes=1),
     )
     await client.queues.pause("idle")
     stats = {s.queue: s for s in await client.stats()}
     idle = stats["idle"]
     assert idle.paused and idle.concurrency_limit == 3 and idle.key_concurrency_limit == 1
-    assert idle.rate_limit == (10, 60.0)
+    assert idle.rate_limit == (10, 60.0) and idle.key_rate_limit == (5, 60.0)
+    assert (await client.queues.get("idle")).limits == cyclone.QueueLimits(3, 10, 60, 1, 5, 60)
     assert [s.queue for s in await client.queues.list()] == ["idle"]
     await client.queues.set_limits("idle")  # clears them all; still paused
     assert (await client.queues.get("idle")).limits == cyclone.QueueLimits()

@@ -167,3 +167,60 @@ async def test_a_quiet_tenant_starts_in_the_first_claim_behind_a_backlog(
         "SELECT count(*) FROM flow_starts WHERE claimed_at < $1", b_claim
     )
     assert ahead == 0
+
+
+async def test_a_per_key_rate_holds_per_tenant_and_spares_a_quiet_one(
+    cyclone_env: CycloneEnv,
+) -> None:
+    env, client = cyclone_env, cyclone_env.client
+    await make_starts_table(env)
+    await client.queues.pause("flow", create=True)
+    await client.queues.set_limits("flow", key_rate=10, key_per=1.0)
+    for tenant in ("a", "b"):
+        await work.enqueue_many(client, [Work(tenant, 0) for _ in range(200)], group=tenant)
+    async with worker_processes(env, 4):
+        await client.queues.resume("flow")
+
+        async def spent() -> bool:  # a and b have used up their first windows
+            return await env.pool.fetchval("SELECT count(*) FROM flow_starts") >= 20
+
+        await until(spent)
+        (c,) = await work.enqueue_many(client, [Work("c", 0)], group="c")
+        assert await c.wait(timeout=60) is cyclone.RunState.COMPLETED
+
+        async def five_seconds() -> bool:
+            span = await env.pool.fetchval(
+                "SELECT max(claimed_at) - min(claimed_at) FROM flow_starts"
+            )
+            return span is not None and span >= dt.timedelta(seconds=5.5)
+
+        await until(five_seconds, timeout=180)
+    # By the claims' clock: each tenant's starts in the 5 seconds from its first.
+    counts = dict(
+        await env.pool.fetch(
+            "SELECT s.tenant, count(*) FROM flow_starts s"
+            " WHERE s.claimed_at < (SELECT min(f.claimed_at) FROM flow_starts f"
+            "                       WHERE f.tenant = s.tenant) + interval '5 seconds'"
+            " GROUP BY s.tenant"
+        )
+    )
+    assert 45 <= counts["a"] <= 55 and 45 <= counts["b"] <= 55, counts
+    # No key ever started more than 10 in any second (a start, and the 10 after it).
+    worst = await env.pool.fetchval(
+        "SELECT max(n) FROM (SELECT count(*) OVER (PARTITION BY tenant ORDER BY claimed_at"
+        " RANGE BETWEEN CURRENT ROW AND interval '999 milliseconds' FOLLOWING) AS n"
+        " FROM flow_starts) w"
+    )
+    assert worst <= 10, worst
+    # The quiet tenant's job did not wait for a's and b's windows: no start of theirs that
+    # came after it was enqueued was claimed before it.
+    enqueued, c_claim = await env.pool.fetchrow(
+        "SELECT r.created_at, s.claimed_at FROM cyclone_runs r JOIN flow_starts s"
+        " ON s.run_id = r.id WHERE s.tenant = 'c'"
+    )
+    first_after = await env.pool.fetchval(
+        "SELECT min(claimed_at) FROM flow_starts WHERE tenant <> 'c' AND claimed_at > $1",
+        enqueued,
+    )
+    assert first_after is not None and c_claim <= first_after
+    assert await env.pool.fetchval("SELECT max(attempts) FROM cyclone_runs") <= 1

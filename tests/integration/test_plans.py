@@ -215,7 +215,14 @@ async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv)
     await pool.execute(_HISTORY, 30_000)
     await pool.execute("VACUUM ANALYZE")
     await client.queues.set_limits(
-        "plans", concurrency=50, rate=1000, per=1, key_concurrency=5, create=True
+        "plans",
+        concurrency=50,
+        rate=1000,
+        per=1,
+        key_concurrency=5,
+        key_rate=100,
+        key_per=1,
+        create=True,
     )
     await client.queues.set_kind_limits("plan.noop", concurrency=40, rate=500, per=1)
     for tenant in range(20):
@@ -230,7 +237,7 @@ async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv)
         ("task_claim", ("elsewhere", ["plan.noop"], 16, 30.0, "w", [])),
         ("queue_known", ("plans",)),
         ("queue_list", (None,)),
-        ("queue_limits_set", ("plans", 10, None, None, None)),
+        ("queue_limits_set", ("plans", 10, None, None, None, None, None)),
         ("queue_pause_set", ("plans", False)),
         ("kind_limits_set", ("plan.noop", 10, None, None)),
     ]
@@ -251,5 +258,65 @@ async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv)
                     assert all(i for _, i, _ in tasks), (where, "reads every task", plan)
                     if args[0] == "plans" and name == "task_claim":
                         used = {i for _, i, _ in tasks}
-                        assert {"idx_tasks_claim", "idx_tasks_running"} <= used, (where, used)
-                        assert "idx_tasks_running_kind" in used, (where, used)
+                        assert {"idx_tasks_claim", "idx_tasks_lease"} <= used, (where, used)
+
+
+def runs_of(plan: object, index: str) -> list[int]:
+    """The loops of every scan of ``index`` (or of the table so named, by any path) in an
+    analyzed plan (0: that branch never ran)."""
+    found: list[int] = []
+    if isinstance(plan, dict):
+        if index in (plan.get("Index Name"), plan.get("Relation Name")) and "Scan" in plan.get(
+            "Node Type", ""
+        ):
+            found.append(plan["Actual Loops"])
+        for value in plan.values():
+            found += runs_of(value, index)
+    elif isinstance(plan, list):
+        for item in plan:
+            found += runs_of(item, index)
+    return found
+
+
+async def test_a_claim_without_limits_or_keys_counts_nothing(cyclone_env: CycloneEnv) -> None:
+    """A queue with no limits and no keyed work: its claim probes the claim index once for
+    group keys and once for its tasks, and never counts running tasks (the lease index) nor
+    reads the per-key starts log, whatever runs. Beside it, a limited queue with keys counts
+    them (the same statement: the branches are chosen as it runs)."""
+    client, pool, q = cyclone_env.client, cyclone_env.pool, cyclone_env.client.queries
+    await noop.enqueue_many(client, list(range(2_000)))
+    async with pool.acquire() as conn:  # some running already, as a limit would count them
+        assert len(await db.task_claim(conn, q, "plans", ["plan.noop"], 20, 30.0, "w", [])) == 20
+    await pool.execute("ANALYZE")
+
+    async def analyzed(queue: str) -> object:
+        async with pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                text = await conn.fetchval(
+                    f"EXPLAIN (ANALYZE, FORMAT JSON) {q['task_claim']}",
+                    queue,
+                    ["plan.noop"],
+                    10,
+                    30.0,
+                    "w",
+                    [],
+                )
+            finally:
+                await tx.rollback()
+        return json.loads(text)
+
+    plan = await analyzed("plans")
+    assert sum(runs_of(plan, "idx_tasks_claim")) == 2, runs_of(plan, "idx_tasks_claim")
+    assert sum(runs_of(plan, "idx_tasks_lease")) == 0
+    assert sum(runs_of(plan, "cyclone_key_starts")) == 0
+    await client.queues.set_limits(
+        "keyed", concurrency=50, key_concurrency=5, key_rate=100, key_per=1, create=True
+    )
+    for tenant in range(3):
+        await noop.enqueue_many(client, list(range(20)), group=f"t{tenant}", queue="keyed")
+    plan = await analyzed("keyed")
+    assert sum(runs_of(plan, "idx_tasks_lease")) >= 2  # the queue's running, and by key
+    assert sum(runs_of(plan, "idx_tasks_claim")) >= 1 + 3 + 3  # probes, and each key's tasks
+    assert sum(runs_of(plan, "cyclone_key_starts")) >= 1

@@ -18,6 +18,7 @@ TABLES = {
     "cyclone_migrations",
     "cyclone_queues",  # 0008_flow_control
     "cyclone_kind_limits",
+    "cyclone_key_starts",
 }
 INDEXES = {
     "cyclone_runs_pkey",
@@ -40,8 +41,7 @@ INDEXES = {
     "cyclone_schedules_pkey",  # 0007_schedules
     "cyclone_queues_pkey",  # 0008_flow_control
     "cyclone_kind_limits_pkey",
-    "idx_tasks_running",
-    "idx_tasks_running_kind",
+    "idx_key_starts",
 }
 
 
