@@ -31,6 +31,11 @@ def blocks() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("where", "code"), blocks(), ids=[w for w, _ in blocks()])
 def test_block_parses_and_uses_real_names(where: str, code: str) -> None:
     tree = ast.parse(code, filename=where)
+    for node in ast.walk(tree):  # `import cyclone.web` makes cyclone.web an attribute
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("cyclone."):
+                    importlib.import_module(alias.name)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cyclone"):
             module = importlib.import_module(node.module)
