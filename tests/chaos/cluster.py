@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import pytest
+
 from cyclone.testing._postgres import INITDB_OPTIONS, find_bindir, free_port, server_account
 
 SETTINGS = {
@@ -34,6 +36,16 @@ SETTINGS = {
     "wal_level": "replica",
     "max_wal_senders": "4",
 }
+
+
+def require_server_binaries() -> None:
+    """Skip the calling test module where no PostgreSQL server binaries are installed (the
+    embedded wheel serves the shared test server, but clusters of a test's own need initdb,
+    pg_ctl and pg_basebackup from a PostgreSQL install; CI installs one)."""
+    try:
+        find_bindir()
+    except FileNotFoundError as exc:
+        pytest.skip(f"{exc}: this module runs clusters of its own", allow_module_level=True)
 
 
 class Cluster:

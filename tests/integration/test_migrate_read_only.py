@@ -11,8 +11,10 @@ import pytest
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.chaos.cluster import cluster_from, template_data
+from tests.chaos.cluster import cluster_from, require_server_binaries, template_data
 from tests.cli.process import cli, one_line_error
+
+require_server_binaries()
 
 MESSAGE = (
     "migrating schema 'fresh': connected to a read-only server (a standby?): run migrations "

@@ -16,11 +16,12 @@ import pytest
 
 import cyclone
 from cyclone.testing._postgres import PostgresServer
-from tests.chaos.cluster import Cluster, cluster_from, template_data
+from tests.chaos.cluster import Cluster, cluster_from, require_server_binaries, template_data
 from tests.cli.app import echo
 from tests.cli.process import line_with, start
-from tests.conftest import fast_worker, reaped
-from tests.integration.test_schema_check import Records
+from tests.conftest import Records, fast_worker, reaped
+
+require_server_binaries()
 
 WAITING = "cyclone: cannot reach the database"
 
