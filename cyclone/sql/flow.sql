@@ -114,25 +114,7 @@ WITH run AS (
     VALUES ($1, $2, false, $3::jsonb, $4, $5, $6, $6, $8, $7, $18::jsonb, $19)
     ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
     RETURNING r.id
-), node AS (
-    SELECT * FROM unnest($10::text[], $11::text[], $12::text[], $13::int[], $14::int[],
-                         $15::float8[])
-        AS n (node, kind, queue, max_attempts, deps, wait_timeout)
-), steps AS (
-    INSERT INTO __schema__.cyclone_steps
-        (run_id, node, kind, queue, priority, max_attempts, state, pending_deps,
-         wait_timeout, wait_until)
-    SELECT run.id, n.node, n.kind, n.queue, $8, n.max_attempts,
-           CASE WHEN n.deps > 0 THEN 'pending'
-                WHEN n.kind IS NULL THEN 'waiting' ELSE 'queued' END,
-           n.deps, n.wait_timeout,
-           CASE WHEN n.deps = 0 AND n.kind IS NULL
-                THEN now() + make_interval(secs => n.wait_timeout) END
-    FROM run, node n
-), edges AS (
-    INSERT INTO __schema__.cyclone_edges (run_id, parent, child)
-    SELECT run.id, e.parent, e.child
-    FROM run, unnest($16::text[], $17::text[]) AS e (parent, child)
+/* fragment: workflow_nodes */
 ), tasks AS (
     INSERT INTO __schema__.cyclone_tasks
         (run_id, node, kind, queue, priority, available_at, max_attempts, group_key)

@@ -91,15 +91,9 @@ FROM (SELECT count(*)::int AS n FROM run) c;
 SELECT id FROM __schema__.cyclone_runs
 WHERE name = $1 AND unique_key = $2 AND state = 'pending';
 
--- name: workflow_insert
--- A workflow run, its steps and its edges in one statement; roots get tasks (or wait).
--- A key already taken inserts nothing (submit_once then compares inputs).
-WITH run AS (
-    INSERT INTO __schema__.cyclone_runs AS r
-        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace)
-    VALUES ($1, $2, false, $3::jsonb, $4, $5, $6, $6, $8, $7, $18::jsonb)
-    ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
-    RETURNING r.id
+-- fragment: workflow_nodes
+-- The CTEs between a workflow insert's run and its root tasks ($8 priority, $10-$15 the nodes,
+-- $16-$17 the edges): one row of cyclone_steps per node, one of cyclone_edges per edge.
 ), node AS (
     SELECT * FROM unnest($10::text[], $11::text[], $12::text[], $13::int[], $14::int[],
                          $15::float8[])
@@ -119,6 +113,17 @@ WITH run AS (
     INSERT INTO __schema__.cyclone_edges (run_id, parent, child)
     SELECT run.id, e.parent, e.child
     FROM run, unnest($16::text[], $17::text[]) AS e (parent, child)
+
+-- name: workflow_insert
+-- A workflow run, its steps and its edges in one statement; roots get tasks (or wait).
+-- A key already taken inserts nothing (submit_once then compares inputs).
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace)
+    VALUES ($1, $2, false, $3::jsonb, $4, $5, $6, $6, $8, $7, $18::jsonb)
+    ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
+    RETURNING r.id
+/* fragment: workflow_nodes */
 ), tasks AS (
     INSERT INTO __schema__.cyclone_tasks
         (run_id, node, kind, queue, priority, available_at, max_attempts)
