@@ -409,10 +409,10 @@ SELECT EXISTS (
 SELECT id, state FROM __schema__.cyclone_runs
 WHERE id = ANY ($1::uuid[]) ORDER BY id FOR UPDATE;
 
--- name: job_complete_many
--- Completed attempts of standalone jobs, in one statement (task rows, then their runs): the
--- task row goes, the run row takes the output. A task no longer owned by its attempt (reclaimed,
--- cancelled) matches nothing: that completion is rejected.
+-- fragment: fenced_completions
+-- The completions ($1 runs, $2 task ids, $3 claim counts, $4 outputs) whose task is still
+-- running under the same claim, locked in task-id order, and their task rows deleted: a
+-- task reclaimed or cancelled meanwhile matches nothing, and that completion is rejected.
 WITH fenced AS (
     SELECT t.run_id, t.id, c.output
     FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[])
@@ -428,6 +428,12 @@ WITH fenced AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id
       AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced))
+
+-- name: job_complete_many
+-- Completed attempts of standalone jobs, in one statement (task rows, then their runs): the
+-- task row goes, the run row takes the output. A task no longer owned by its attempt (reclaimed,
+-- cancelled) matches nothing: that completion is rejected.
+/* fragment: fenced_completions */
     RETURNING t.id, t.claims, t.run_id, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_runs r
@@ -453,21 +459,7 @@ WHERE CASE WHEN a.node IS NULL
 
 -- name: node_finish_many
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
-WITH fenced AS (
-    SELECT t.run_id, t.id, c.output
-    FROM (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[])
-              AS c (run_id, id, claims, output)
-          ORDER BY c.id) c
-    CROSS JOIN LATERAL (
-        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
-        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-          AND t.state = 'running'
-        FOR UPDATE
-    ) t
-), done AS (
-    DELETE FROM __schema__.cyclone_tasks t USING fenced f
-    WHERE t.run_id = f.run_id AND t.id = f.id
-      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced))
+/* fragment: fenced_completions */
     RETURNING t.id, t.claims, t.run_id, t.node, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_steps s
