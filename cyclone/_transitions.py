@@ -19,6 +19,7 @@ from cyclone import _queries as db
 from cyclone._errors import DuplicateError, InvalidStateError, RunNotFoundError, UnknownKindError
 from cyclone._notifier import queue_payload, run_payloads
 from cyclone._sql import Queries
+from cyclone._states import NodeState, RunState
 
 Conn = db.Conn
 
@@ -90,7 +91,9 @@ async def is_job(conn: Conn, q: Queries, run_id: uuid.UUID) -> bool:
     return bool(row["job"])
 
 
-async def end_job(conn: Conn, q: Queries, run_id: uuid.UUID, state: str, error: str | None) -> bool:
+async def end_job(
+    conn: Conn, q: Queries, run_id: uuid.UUID, state: RunState, error: str | None
+) -> bool:
     """Cancel a job, or fail it past its deadline (in the caller's transaction); whether this
     call ended it."""
     await db.job_lock(conn, q, run_id)
@@ -100,7 +103,7 @@ async def end_job(conn: Conn, q: Queries, run_id: uuid.UUID, state: str, error: 
 async def cancel(conn: Conn, q: Queries, run_id: uuid.UUID) -> tuple[bool, Effects]:
     """Cancel a run; whether this call cancelled it."""
     if await is_job(conn, q, run_id):
-        cancelled = await end_job(conn, q, run_id, "cancelled", None)
+        cancelled = await end_job(conn, q, run_id, RunState.CANCELLED, None)
     else:
         await lock_run(conn, q, run_id)
         cancelled = await db.run_cancel(conn, q, run_id)
@@ -129,7 +132,7 @@ async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> 
         effects.queues.add(queue)
         return effects
     state = await lock_run(conn, q, run_id)
-    if state != "failed":
+    if state != RunState.FAILED:
         raise InvalidStateError(f"run {run_id} is {state}; only a failed run can be retried")
     reopened = await db.run_reopen(conn, q, run_id, node)
     if node is not None and reopened["reset"] == 0:
@@ -152,7 +155,7 @@ async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> 
 async def signal(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: str) -> Effects:
     """Deliver a wait node's signal: stored always, applied at once if the node is waiting."""
     state = await lock_run(conn, q, run_id)
-    if state in ("completed", "cancelled"):
+    if state in (RunState.COMPLETED, RunState.CANCELLED):
         raise InvalidStateError(f"run {run_id} is {state}; it takes no more signals")
     node_state = await db.wait_signal(conn, q, run_id, node, payload)
     if node_state is None:
@@ -162,7 +165,7 @@ async def signal(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: 
         if step["kind"] is not None:
             raise InvalidStateError(f"node {node!r} of run {run_id} is a step, not a wait node")
         raise InvalidStateError(f"wait node {node!r} of run {run_id} was already signalled")
-    if node_state != "waiting":
+    if node_state != NodeState.WAITING:
         return Effects()
     return await finish_waits(conn, q, [run_id], [node])
 
@@ -211,10 +214,10 @@ async def expire_deadline(
 ) -> Effects:
     """Fail a run past its deadline; its running handlers stop at their next heartbeat."""
     if job:
-        failed = await end_job(conn, q, run_id, "failed", error)
+        failed = await end_job(conn, q, run_id, RunState.FAILED, error)
         return Effects(ended={run_id} if failed else set())
     states = await db.run_lock_many(conn, q, [run_id])
-    if states.get(run_id) != "pending":
+    if states.get(run_id) != RunState.PENDING:
         return Effects()
     await db.run_fail(conn, q, run_id, error, drop_running=True)
     return Effects(ended={run_id})
