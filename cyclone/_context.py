@@ -12,7 +12,7 @@ import msgspec
 
 from cyclone import _codec
 from cyclone import _queries as db
-from cyclone._errors import ContextError, UnknownKindError
+from cyclone._errors import ContextError, UnknownNodeError
 from cyclone._recorder import TxRecorder
 from cyclone._wakeups import TrackedConnection, Tx, Wakeups
 
@@ -204,7 +204,9 @@ class Context:
         self._check("output()")
         name = node if isinstance(node, str) else getattr(node, "name", None)
         if name not in self._outputs:
-            raise UnknownKindError(f"{name!r} is not a completed dependency of this node")
+            raise UnknownNodeError(
+                f"{name!r} is not a completed dependency of this node", str(name)
+            )
         raw = self._outputs[name]
         if isinstance(raw, msgspec.Raw):  # as claimed from the database: decode as declared
             return _codec.decode(bytes(raw), self._output_types.get(name, Any))

@@ -1,30 +1,44 @@
-"""Every error Cyclone raises on purpose.
+"""Every error Cyclone raises on purpose, grouped by what a caller catches.
 
 ::
 
     CycloneError
-    ├── RunNotFoundError          the run is not visible (uncommitted, rolled back, purged)
-    ├── SubmitConflictError       submit_once: the key's run has a different input
-    ├── DuplicateError            enqueue(unique=...): an active run holds the key
-    ├── NoOutputError             result() on a run without a result node
-    ├── RunFailedError            result() on a failed run
-    ├── RunCancelledError         result() on a cancelled run
-    ├── UnknownKindError          a kind, node or workflow this process does not know
-    ├── NotInTransactionError     a *_tx call on a connection with no open transaction
-    ├── InvalidStateError         an operation the run's state does not allow
-    ├── ContextError              a handler context used outside its handler
-    ├── InvalidKeyError           (also ValueError) a key breaking the key rules
-    ├── InvalidInputError         (also TypeError) a payload or option that cannot be used
-    │   ├── InvalidNameError      (also ValueError) a schema, queue, kind or node name
-    │   ├── InvalidScheduleError  a schedule's cron, time zone, interval, policy or name
-    │   └── InvalidLimitError     (also ValueError) a flow-control limit that cannot hold
-    ├── UnknownQueueError         flow control for a queue nothing uses (a typo?)
-    ├── ScheduleNotFoundError     no schedule of that name is stored
-    ├── PayloadTooLargeError      (also ValueError) an input or output over the client limit
-    ├── SchemaNotMigratedError    the schema lacks migrations this package ships
-    ├── SchemaVersionError        the schema has migrations this package does not know
-    ├── ReadOnlyServerError       migrate() on a server that takes no writes (a standby?)
-    └── UnsupportedPoolerError    a pooler in transaction mode, configured in a way it breaks
+    ├── ConflictError               another run holds what this call asked for
+    │   ├── SubmitConflictError       submit_once: the key's run has a different input
+    │   ├── DuplicateError            enqueue(unique=...): an active run holds the key
+    │   └── KeyContentionError        (also RuntimeError) a key kept changing hands meanwhile
+    ├── RunOutcomeError             result(): the run ended without a result to give
+    │   ├── RunFailedError            the run failed
+    │   ├── RunCancelledError         the run was cancelled
+    │   └── NoOutputError             the run has no result node
+    ├── NotFoundError               the call names something that does not exist (here)
+    │   ├── RunNotFoundError          the run is not visible (uncommitted, rolled back, purged)
+    │   ├── ScheduleNotFoundError     no schedule of that name is stored
+    │   ├── UnknownQueueError         flow control for a queue nothing uses (a typo?)
+    │   └── UnknownKindError          a kind, node or workflow this process does not know
+    │       └── UnknownNodeError        a node that its workflow or run does not have
+    ├── InvalidInputError           (also TypeError) a value the call cannot use; nothing written
+    │   ├── InvalidKeyError           (also ValueError) a key breaking the key rules
+    │   ├── InvalidNameError          (also ValueError) a schema, queue, kind or node name
+    │   ├── InvalidScheduleError      a schedule's cron, time zone, interval, policy or name
+    │   ├── InvalidLimitError         (also ValueError) a flow-control limit that cannot hold
+    │   ├── InvalidOptionError        (also ValueError) an option's value out of its range
+    │   └── PayloadTooLargeError      (also ValueError) an input or output over the limit
+    ├── StateError                  the call does not fit the state of what it uses
+    │   ├── InvalidStateError         a run, node, client or object that does not allow it
+    │   │   └── LifecycleError          (also RuntimeError) a worker started twice, a tracked
+    │   │                               transaction used once it ended
+    │   ├── NotInTransactionError     a *_tx call on a connection with no open transaction
+    │   └── ContextError              a handler context used outside its handler
+    └── SetupError                  the database, or the way it is reached, needs fixing
+        ├── SchemaNotMigratedError    the schema lacks migrations this package ships
+        ├── SchemaVersionError        the schema has migrations this package does not know
+        ├── ReadOnlyServerError       migrate() on a server that takes no writes (a standby?)
+        └── UnsupportedPoolerError    a pooler in transaction mode, configured in a way it breaks
+
+Each error keeps the builtin base it has always had (``except ValueError`` still catches an
+:class:`InvalidKeyError`); a group adds none of its own, except that everything under
+:class:`InvalidInputError` is also a ``TypeError``.
 
 Lease loss and run cancellation reach a running handler as ``asyncio.CancelledError``,
 a ``BaseException``, so ``except Exception`` in user code cannot swallow them.
@@ -39,19 +53,14 @@ class CycloneError(Exception):
     """Base class of every error Cyclone raises on purpose."""
 
 
-class RunNotFoundError(CycloneError):
-    """The run does not exist or is not visible to the client's pool.
-
-    A run inserted in a transaction that has not committed, that rolled back, or a run
-    that was purged, all look the same: not found.
-    """
-
-    def __init__(self, run_id: uuid.UUID) -> None:
-        super().__init__(f"run {run_id} not found")
-        self.run_id = run_id
+# Conflicts: another run holds what this call asked for.
 
 
-class SubmitConflictError(CycloneError):
+class ConflictError(CycloneError):
+    """Another run holds the key this call asked for; nothing was written."""
+
+
+class SubmitConflictError(ConflictError):
     """``submit_once`` found the key's run, but its input differs from this call's."""
 
     def __init__(self, name: str, key: str, run_id: uuid.UUID) -> None:
@@ -63,7 +72,7 @@ class SubmitConflictError(CycloneError):
         self.run_id = run_id
 
 
-class DuplicateError(CycloneError):
+class DuplicateError(ConflictError):
     """An active run of the same kind already holds the ``unique=`` key."""
 
     def __init__(self, kind: str, key: str, run_id: uuid.UUID) -> None:
@@ -73,64 +82,137 @@ class DuplicateError(CycloneError):
         self.run_id = run_id
 
 
-class NoOutputError(CycloneError):
+class KeyContentionError(ConflictError, RuntimeError):
+    """A key's run was inserted and purged again and again while the call retried: no
+    answer settled (so rare it means something else keeps purging). Safe to call again."""
+
+    def __init__(self, what: str, key: str, name: str) -> None:
+        super().__init__(f"{what} key {key!r} of {name!r} kept changing hands")
+        self.key = key
+        self.name = name
+
+
+# Outcomes of a run: result() on a run that ended without a result.
+
+
+class RunOutcomeError(CycloneError):
+    """``result()`` on a run that ended, or was made, without a result to give."""
+
+    def __init__(self, message: str, run_id: uuid.UUID) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class NoOutputError(RunOutcomeError):
     """The run has no result node, so there is no typed result to return."""
 
     def __init__(self, run_id: uuid.UUID) -> None:
-        super().__init__(f"run {run_id} has no result node")
-        self.run_id = run_id
+        super().__init__(f"run {run_id} has no result node", run_id)
 
 
-class RunFailedError(CycloneError):
+class RunFailedError(RunOutcomeError):
     """The run failed, so it has no result. ``error`` holds the cause as stored."""
 
     def __init__(self, run_id: uuid.UUID, error: object) -> None:
-        super().__init__(f"run {run_id} failed: {error}")
-        self.run_id = run_id
+        super().__init__(f"run {run_id} failed: {error}", run_id)
         self.error = error
 
 
-class RunCancelledError(CycloneError):
+class RunCancelledError(RunOutcomeError):
     """The run was cancelled, so it has no result."""
 
     def __init__(self, run_id: uuid.UUID) -> None:
-        super().__init__(f"run {run_id} was cancelled")
+        super().__init__(f"run {run_id} was cancelled", run_id)
+
+
+# Not found: the call names something that does not exist here.
+
+
+class NotFoundError(CycloneError):
+    """The run, schedule, queue, kind or node the call names does not exist (or is not
+    visible to this client or known to this process)."""
+
+
+class RunNotFoundError(NotFoundError):
+    """The run does not exist or is not visible to the client's pool.
+
+    A run inserted in a transaction that has not committed, that rolled back, or a run
+    that was purged, all look the same: not found.
+    """
+
+    def __init__(self, run_id: uuid.UUID) -> None:
+        super().__init__(f"run {run_id} not found")
         self.run_id = run_id
 
 
-class UnknownKindError(CycloneError):
+class ScheduleNotFoundError(NotFoundError):
+    """No schedule of that name is stored in the schema."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no schedule named {name!r}: `cyclone schedules ls` lists the stored schedules"
+        )
+        self.name = name
+
+
+class UnknownQueueError(NotFoundError):
+    """Flow control was asked for a queue that has no setting and that no live worker claims
+    from: most likely a typo. Nothing was written."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(
+            f"queue {queue!r} is unknown: no setting or live worker uses it; check "
+            f"the name, or pass create=True to configure it before its first use"
+        )
+        self.queue = queue
+
+
+class UnknownKindError(NotFoundError):
     """A step kind, workflow, or node name that this process has not declared."""
 
 
-class NotInTransactionError(CycloneError):
-    """A ``*_tx`` call got a connection that has no open transaction.
+class UnknownNodeError(UnknownKindError):
+    """A node that the workflow, the run or the handler's dependencies do not have.
 
-    Cyclone never begins or commits a transaction on the caller's connection, so it refuses
-    to write on one that would autocommit each statement.
+    A subclass of :class:`UnknownKindError`, which was raised for unknown nodes before.
     """
 
-
-class InvalidStateError(CycloneError):
-    """The run or node is in a state that does not allow this operation."""
-
-
-class ContextError(CycloneError):
-    """A handler's context was used after the handler returned or from another task."""
+    def __init__(self, message: str, node: str) -> None:
+        super().__init__(message)
+        self.node = node
 
 
-class InvalidKeyError(CycloneError, ValueError):
-    """A submit or unique key breaks the key rules; nothing was written."""
+# Invalid input: a value the call cannot use; nothing was written.
 
 
 class InvalidInputError(CycloneError, TypeError):
     """A payload that does not encode, or an option of the wrong type; nothing was written."""
 
 
+class InvalidKeyError(InvalidInputError, ValueError):
+    """A submit or unique key breaks the key rules; nothing was written."""
+
+
 class InvalidNameError(InvalidInputError, ValueError):
     """A schema, queue, kind, workflow or node name that breaks its rules; nothing was written."""
 
 
-class PayloadTooLargeError(CycloneError, ValueError):
+class InvalidScheduleError(InvalidInputError):
+    """A schedule's declaration cannot be used (bad cron, time zone, interval, policy, name);
+    nothing was written."""
+
+
+class InvalidLimitError(InvalidInputError, ValueError):
+    """A flow-control limit that cannot hold: zero or negative, not an int, or a rate
+    without its period. Nothing was written."""
+
+
+class InvalidOptionError(InvalidInputError, ValueError):
+    """An option of the right type whose value is out of its range (a dashboard's page size,
+    a secret too short to sign with)."""
+
+
+class PayloadTooLargeError(InvalidInputError, ValueError):
     """An encoded input or output is larger than the client's limit."""
 
     def __init__(self, what: str, size: int, limit: int) -> None:
@@ -139,11 +221,48 @@ class PayloadTooLargeError(CycloneError, ValueError):
         self.limit = limit
 
 
+# State: the call does not fit the current state of what it uses.
+
+
+class StateError(CycloneError):
+    """The call does not fit the current state of what it uses: a run or node, the client,
+    a connection, a handler's context."""
+
+
+class InvalidStateError(StateError):
+    """The run, node, client or object is in a state that does not allow this operation."""
+
+
+class LifecycleError(InvalidStateError, RuntimeError):
+    """An object used outside its life: a worker started twice, a tracked transaction used
+    once it committed or rolled back."""
+
+
+class NotInTransactionError(StateError):
+    """A ``*_tx`` call got a connection that has no open transaction.
+
+    Cyclone never begins or commits a transaction on the caller's connection, so it refuses
+    to write on one that would autocommit each statement.
+    """
+
+
+class ContextError(StateError):
+    """A handler's context was used after the handler returned or from another task."""
+
+
+# Setup: the database, or the way it is reached, needs fixing before any call can work.
+
+
+class SetupError(CycloneError):
+    """The database, its schema or the way it is reached is not as Cyclone needs: fix the
+    deployment (migrate, upgrade, point at the primary, configure the pooler), not the call."""
+
+
 def _versions(versions: list[int]) -> str:
     return ", ".join(str(v) for v in versions)
 
 
-class SchemaNotMigratedError(CycloneError):
+class SchemaNotMigratedError(SetupError):
     """The schema lacks migrations this version of cyclone-pg ships: the database is older
     than the code. ``missing`` lists them; run ``cyclone migrate`` or ``client.migrate()``."""
 
@@ -158,7 +277,7 @@ class SchemaNotMigratedError(CycloneError):
         self.missing = missing
 
 
-class SchemaVersionError(CycloneError):
+class SchemaVersionError(SetupError):
     """The schema has migrations this version of cyclone-pg does not know: the code is older
     than the database. ``unknown`` lists them; upgrade cyclone-pg where this runs."""
 
@@ -171,22 +290,7 @@ class SchemaVersionError(CycloneError):
         self.unknown = unknown
 
 
-class InvalidScheduleError(InvalidInputError):
-    """A schedule's declaration cannot be used (bad cron, time zone, interval, policy, name);
-    nothing was written."""
-
-
-class ScheduleNotFoundError(CycloneError):
-    """No schedule of that name is stored in the schema."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(
-            f"no schedule named {name!r}: `cyclone schedules ls` lists the stored schedules"
-        )
-        self.name = name
-
-
-class ReadOnlyServerError(CycloneError):
+class ReadOnlyServerError(SetupError):
     """``migrate()`` reached a server that takes no writes: a hot standby, or a session with
     ``default_transaction_read_only`` on. Run migrations against the primary."""
 
@@ -199,24 +303,7 @@ class ReadOnlyServerError(CycloneError):
         self.schema = schema
 
 
-class UnsupportedPoolerError(CycloneError):
+class UnsupportedPoolerError(SetupError):
     """The pool goes through a connection pooler in transaction mode (PgBouncer's
     ``pool_mode = transaction``) with a setting that cannot work through it: asyncpg's
     statement cache, or LISTEN. The message names the fix."""
-
-
-class InvalidLimitError(InvalidInputError, ValueError):
-    """A flow-control limit that cannot hold: zero or negative, not an int, or a rate
-    without its period. Nothing was written."""
-
-
-class UnknownQueueError(CycloneError):
-    """Flow control was asked for a queue that has no setting and that no live worker claims
-    from: most likely a typo. Nothing was written."""
-
-    def __init__(self, queue: str) -> None:
-        super().__init__(
-            f"queue {queue!r} is unknown: no setting or live worker uses it; check "
-            f"the name, or pass create=True to configure it before its first use"
-        )
-        self.queue = queue

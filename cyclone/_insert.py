@@ -36,6 +36,7 @@ from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._errors import (
     DuplicateError,
     InvalidInputError,
+    KeyContentionError,
     NotInTransactionError,
     SubmitConflictError,
 )
@@ -219,7 +220,7 @@ class DatabaseTarget:
                 holder = await db.job_find_unique(conn, q, kind.name, opts.unique)
                 if holder is not None:
                     raise DuplicateError(kind.name, opts.unique, holder)
-        raise RuntimeError(f"unique key {opts.unique!r} of {kind.name!r} kept changing hands")
+        raise KeyContentionError("unique", str(opts.unique), kind.name)
 
     async def write_run(self, plan: SubmitPlan) -> tuple[uuid.UUID, bool]:
         """Insert the run, its steps and edges in one statement; with a key already taken,
@@ -249,7 +250,7 @@ class DatabaseTarget:
                     return existing["id"], False
                 # The key's run was purged between the two statements: the key is free again.
             else:
-                raise RuntimeError(f"submit key {plan.key!r} of {plan.name!r} kept changing hands")
+                raise KeyContentionError("submit", str(plan.key), plan.name)
         if plan.options.claimable_now():
             self.woke(plan.queues)
         return inserted, True

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from cyclone import _queries as db
-from cyclone._errors import DuplicateError, InvalidStateError, RunNotFoundError, UnknownKindError
+from cyclone._errors import DuplicateError, InvalidStateError, RunNotFoundError, UnknownNodeError
 from cyclone._notifier import queue_payload, run_payloads
 from cyclone._sql import Queries
 from cyclone._states import NodeState, RunState
@@ -118,7 +118,7 @@ async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> 
         raise RunNotFoundError(run_id)
     if kind["job"]:
         if node is not None and node != kind["name"]:  # a job's one node is named by its kind
-            raise UnknownKindError(f"run {run_id} has no node {node!r}")
+            raise UnknownNodeError(f"run {run_id} has no node {node!r}", node)
         try:
             async with conn.transaction():  # a savepoint: the look-up below needs the tx
                 queue = await db.job_reopen(conn, q, run_id)
@@ -137,7 +137,7 @@ async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> 
     reopened = await db.run_reopen(conn, q, run_id, node)
     if node is not None and reopened["reset"] == 0:
         if await db.step_get(conn, q, run_id, node) is None:
-            raise UnknownKindError(f"run {run_id} has no node {node!r}")
+            raise UnknownNodeError(f"run {run_id} has no node {node!r}", node)
         raise InvalidStateError(f"node {node!r} of run {run_id} has not failed")
     if not reopened["reopened"]:
         return effects  # another failed node keeps the run failed; this one was reset
@@ -161,7 +161,7 @@ async def signal(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: 
     if node_state is None:
         step = await db.step_get(conn, q, run_id, node)
         if step is None:
-            raise UnknownKindError(f"run {run_id} has no node {node!r}")
+            raise UnknownNodeError(f"run {run_id} has no node {node!r}", node)
         if step["kind"] is not None:
             raise InvalidStateError(f"node {node!r} of run {run_id} is a step, not a wait node")
         raise InvalidStateError(f"wait node {node!r} of run {run_id} was already signalled")

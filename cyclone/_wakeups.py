@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 import asyncpg
 
+from cyclone._errors import LifecycleError
+
 if TYPE_CHECKING:
     import psycopg
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -157,7 +159,7 @@ class TrackedTransaction:
 
     def _require_open(self) -> None:
         if not self._open:
-            raise RuntimeError("this tracked transaction is not open")
+            raise LifecycleError("this tracked transaction is not open")
 
     async def __aenter__(self) -> TrackedTransaction:
         await self.start()

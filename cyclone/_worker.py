@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from cyclone import _maintenance as maintenance
 from cyclone import _queries as db
 from cyclone._completer import Completer
-from cyclone._errors import InvalidInputError, InvalidStateError
+from cyclone._errors import InvalidInputError, InvalidStateError, LifecycleError
 from cyclone._executor import Executor
 from cyclone._kinds import Step
 from cyclone._leases import LeaseKeeper
@@ -226,7 +226,7 @@ class Worker:
     async def start(self) -> None:
         """Start claiming in the running event loop."""
         if self._started:
-            raise RuntimeError("this worker was started already")
+            raise LifecycleError("this worker was started already")
         await self.client._wait_until_ready(wait_for_schema=self.wait_for_schema)
         async with self.client._acquire() as conn:  # visible in stats once start() returns
             await self._present(conn)

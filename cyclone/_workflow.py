@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from cyclone import _codec
-from cyclone._errors import InvalidInputError, UnknownKindError
+from cyclone._errors import InvalidInputError, UnknownNodeError
 from cyclone._insert import Producer, check_options, payload_limit, target_for
 from cyclone._keys import validate_key, validate_name
 from cyclone._kinds import Kind, Step
@@ -175,8 +175,9 @@ class Workflow(Generic[In]):
             if dep_name not in self._nodes or (
                 isinstance(dep, Node) and self._nodes[dep_name] is not dep
             ):
-                raise UnknownKindError(
-                    f"workflow {self.name!r} has no node {dep_name!r} (define it before use)"
+                raise UnknownNodeError(
+                    f"workflow {self.name!r} has no node {dep_name!r} (define it before use)",
+                    dep_name,
                 )
             if dep_name in names:
                 raise InvalidInputError(f"node {dep_name!r} is listed twice in after=")
@@ -302,7 +303,8 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
     def set_result(self, node: Node[Out]) -> None:
         """Make ``node`` (a step node of this workflow) the run's result."""
         if not isinstance(node, Node) or self._nodes.get(node.name) is not node:
-            raise UnknownKindError(f"{node!r} is not a node of workflow {self.name!r}")
+            name = node.name if isinstance(node, Node) else repr(node)
+            raise UnknownNodeError(f"{node!r} is not a node of workflow {self.name!r}", name)
         if node.kind is not None and not _accepts(self.output_type, node.kind.output_type):
             raise InvalidInputError(
                 f"node {node.name!r} outputs {node.kind.output_type!r}, "

@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cyclone._client import Client
-from cyclone._errors import RunNotFoundError
+from cyclone._errors import InvalidInputError, InvalidOptionError, RunNotFoundError
 from cyclone.web import _live
 from cyclone.web._actions import Actions
 from cyclone.web._filters import BadRequest
@@ -46,9 +46,9 @@ def dashboard(
     makes its own). ``page_size`` is the runs per page.
     """
     if not isinstance(client, Client):
-        raise TypeError(f"dashboard needs a cyclone.Client, got {type(client).__name__}")
+        raise InvalidInputError(f"dashboard needs a cyclone.Client, got {type(client).__name__}")
     if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= 500:
-        raise ValueError(f"page_size must be an int from 1 to 500, got {page_size!r}")
+        raise InvalidOptionError(f"page_size must be an int from 1 to 500, got {page_size!r}")
     guard = Guard.make(authorize, read_only, secret)
     render = Renderer(guard, title)
     pages = Pages(client, render, page_size)

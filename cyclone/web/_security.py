@@ -25,6 +25,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from cyclone._errors import InvalidInputError, InvalidOptionError
+
 Authorize = Callable[[Request], bool | Awaitable[bool]]
 COOKIE = "cyclone_csrf"
 FIELD = "csrf"
@@ -58,9 +60,9 @@ class Guard:
     ) -> Guard:
         """Check the options; a missing secret is a random one (tokens die with the app)."""
         if authorize is not None and not callable(authorize):
-            raise TypeError("authorize must be a callable taking the request")
+            raise InvalidInputError("authorize must be a callable taking the request")
         if read_only is not None and not isinstance(read_only, bool):
-            raise TypeError("read_only must be True, False or None (decide per request)")
+            raise InvalidInputError("read_only must be True, False or None (decide per request)")
         if secret is None:
             key = secrets.token_bytes(32)
         elif isinstance(secret, str):
@@ -68,7 +70,7 @@ class Guard:
         else:
             key = bytes(secret)
         if len(key) < 16:
-            raise ValueError("secret must be at least 16 bytes; use secrets.token_hex(32)")
+            raise InvalidOptionError("secret must be at least 16 bytes; use secrets.token_hex(32)")
         return cls(authorize=authorize, read_only=read_only, secret=key)
 
     async def check(self, request: Request) -> None:
