@@ -16,7 +16,8 @@ from starlette.responses import RedirectResponse, Response
 
 from cyclone._client import Client
 from cyclone._errors import RunNotFoundError
-from cyclone._run import Run, RunInfo, RunPayloads
+from cyclone._run import Run, RunInfo, RunPayloads, RunState
+from cyclone._states import ReportedNodeState
 from cyclone.web import _filters, _svg
 from cyclone.web._render import Renderer
 
@@ -96,7 +97,7 @@ class Pages:
             "page": page,
             "cursor": cursor,
             "scan": _filters.SCAN,
-            "states": ["pending", "running", "completed", "failed", "cancelled"],
+            "states": [s.value for s in RunState],
         }
 
     # One run
@@ -123,7 +124,7 @@ async def run_view(client: Client, run_id: uuid.UUID) -> dict[str, Any]:
         payloads: RunPayloads | None = await run.payloads()
     except RunNotFoundError:  # purged between the two reads
         payloads = None
-    failed = [n.name for n in info.nodes if n.state == "failed"]
+    failed = [n.name for n in info.nodes if n.state == ReportedNodeState.FAILED]
     waits = [
         n.name
         for n in info.nodes
