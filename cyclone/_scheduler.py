@@ -2,10 +2,8 @@
 on time, and the ``client.schedules`` facade that stores and changes schedules at run time.
 
 No leader: every worker's timer sleeps until the first due slot (by the database's clock),
-then locks the due schedule rows it can fire (``FOR UPDATE SKIP LOCKED``), writes each slot's
-run with its slot key through a keyed insert (``idx_runs_submit_key``, as ``submit_once``),
-moves ``next_at`` past now and commits. A worker that dies mid-way rolls back and the next
-one fires the slot; one that fires a slot another already did inserts nothing. So each slot
+then runs a firing pass (:mod:`cyclone._firing`): one transaction that locks the due rows it
+can fire, writes each slot's run by its slot key and moves ``next_at`` past now. So each slot
 makes exactly one run, whatever the number of workers or the skew of their clocks.
 
 The timer re-reads when it is due at the latest every ``poll`` seconds (the floor) and when
@@ -21,45 +19,29 @@ import builtins
 import contextlib
 import datetime as dt
 import logging
-import random
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from cyclone import _codec
 from cyclone import _maintenance as maintenance
 from cyclone import _queries as db
-from cyclone._errors import (
-    InvalidScheduleError,
-    InvalidStateError,
-    ScheduleNotFoundError,
-    SubmitConflictError,
-)
-from cyclone._insert import uuid7_many
+from cyclone._errors import InvalidScheduleError, InvalidStateError, ScheduleNotFoundError
+from cyclone._firing import Firing, stored_timing
 from cyclone._kinds import Kind
+from cyclone._loops import jittered, wait_woken
 from cyclone._notifier import queue_payload
-from cyclone._schedules import (
-    Schedule,
-    Timing,
-    check_unique,
-    plan,
-    slot_key,
-    trigger_key,
-    validate_name,
-)
+from cyclone._schedules import Schedule, check_unique, slot_key, trigger_key, validate_name
 
 if TYPE_CHECKING:
     from cyclone._client import Client
-    from cyclone._wakeups import TrackedConnection
     from cyclone._workflow import Workflow
 
 logger = logging.getLogger("cyclone")
 
 # Not a valid queue name, so no worker's producer mistakes this wakeup for its queue's.
 SCHEDULES_WAKEUP = "@schedules"
-_CLAIM_LIMIT = 100
 _BUSY_RETRY = 0.02  # a due row locked by another worker firing it: look again this soon
 
 
@@ -84,9 +66,9 @@ class Scheduler:
     ) -> None:
         self.client = client
         self.declared = check_unique(list(schedules))
-        self._kinds = dict(kinds)
-        self._workflows = dict(workflows)
-        self._targets = sorted({*self._kinds, *self._workflows})
+        self._firing = Firing(
+            client, self.declared, kinds=kinds, workflows=workflows, worker_id=worker_id
+        )
         self.worker_id = worker_id
         self.poll = poll
         self.lease = lease
@@ -159,15 +141,13 @@ class Scheduler:
                     extra={"worker": self.worker_id},
                 )
             if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):
-                        await self._wake.wait()
+                await wait_woken(self._wake, delay)
 
     async def _step(self) -> float:
         """Fire what is due now; return how long to sleep before looking again."""
         async with self.client._acquire() as conn:
             due = await db.schedule_next_due(
-                conn, self.client.queries, sorted(self.declared), self._targets, None
+                conn, self.client.queries, sorted(self.declared), self._firing.targets, None
             )
         now: dt.datetime = due["now"]
         slot = due["schedule_due"]
@@ -185,150 +165,13 @@ class Scheduler:
             (t for t in (slot, overdue) if t is not None and t > now), default=None
         )
         if soonest is None:
-            return self.poll * random.uniform(0.8, 1.0)
+            return jittered(self.poll)
         return min(self.poll, (soonest - now).total_seconds() + 0.001)
 
     async def fire_due(self, now: dt.datetime | None = None) -> int:
-        """One firing pass: make the runs of every due slot and trigger this worker fires.
-
-        ``now`` (tests) stands for the database's clock. Returns the schedules claimed.
-        """
-        q = self.client.queries
-        async with self.client._acquire() as conn, self.client.transaction(conn) as ttx:
-            rows = await db.schedule_claim_due(
-                ttx.connection, q, sorted(self.declared), self._targets, now, _CLAIM_LIMIT
-            )
-            fired: list[tuple[str, float]] = []
-            for row in rows:
-                fired.extend(await self._fire(ttx, row))
-        for name, lag in fired:
-            self.client.observers.schedule_fired(name, lag)
-        return len(rows)
-
-    async def _fire(self, ttx: TrackedConnection, row: db.Record) -> list[tuple[str, float]]:
-        name: str = row["name"]
-        now: dt.datetime = row["now"]
-        timing = _timing(row)
-        blocked = row["overlap"] == "skip" and row["last_state"] == "pending"
-        due = plan(
-            timing,
-            catch_up=row["catch_up"],
-            window=row["catch_up_window"],
-            overlap_blocked=blocked,
-            next_at=row["next_at"],
-            now=now,
-        )
-        log = {"schedule": name, "worker": self.worker_id}
-        if row["paused"]:
-            due = type(due)([], due.next_at)  # only a trigger fires a paused schedule
-        elif due.missed_from is not None:
-            why = "its previous run is still active (overlap='skip')"
-            if not blocked:
-                why = f"they were missed and catch_up={row['catch_up']!r} drops them"
-            logger.warning(
-                "schedule %s did not run slots from %s: %s",
-                name,
-                due.missed_from.isoformat(),
-                why,
-                extra=log,
-            )
-        keyed = [(slot_key(name, s), s) for s in due.fire]
-        if row["triggered_at"] is not None:
-            keyed.append((trigger_key(name, row["triggered_at"]), row["triggered_at"]))
-        runs = await self._insert(ttx, row, keyed)
-        last = next((runs[k] for k, _ in reversed(keyed) if k in runs), None)
-        await db.schedule_advance(
-            ttx.connection,
-            self.client.queries,
-            name,
-            next_at=due.next_at,
-            last_slot=due.fire[-1] if due.fire else None,
-            last_run_id=last,
-            triggered_at=row["triggered_at"],
-        )
-        for key, run_id in runs.items():
-            logger.info("schedule %s made run %s (%s)", name, run_id, key, extra=log)
-        return [(name, (now - s).total_seconds()) for k, s in keyed[: len(due.fire)] if k in runs]
-
-    async def _insert(
-        self, ttx: TrackedConnection, row: db.Record, keyed: list[tuple[str, dt.datetime]]
-    ) -> dict[str, uuid.UUID]:
-        """Write the run of each (key, slot); the keys that got a new run, with its id."""
-        name: str = row["name"]
-        declared = None if row["dynamic"] else self.declared.get(name)
-        target: Kind[Any, Any] | Workflow[Any] | None
-        if declared is not None:
-            target = declared.target
-        else:
-            target = (self._kinds if row["job"] else self._workflows).get(row["target"])
-        if target is None or not keyed:
-            return {}
-        values = []
-        for key, slot in keyed:
-            try:
-                values.append((key, _input(declared, target, row["input"], slot)))
-            except Exception:  # the user's input function: skip its slot, keep the others
-                logger.exception(
-                    "schedule %s: building the input of %s failed; the slot is skipped",
-                    name,
-                    key,
-                    extra={"schedule": name, "worker": self.worker_id},
-                )
-        if isinstance(target, Kind):
-            return await self._insert_jobs(ttx, target, values)
-        made: dict[str, uuid.UUID] = {}
-        for key, value in values:
-            try:
-                run, created = await target.submit_once_tx(self.client, ttx, key, value)
-            except SubmitConflictError:
-                continue  # the slot's run exists, made from another input: it stays
-            if created:
-                made[key] = run.id
-        return made
-
-    async def _insert_jobs(
-        self, ttx: TrackedConnection, kind: Kind[Any, Any], values: list[tuple[str, Any]]
-    ) -> dict[str, uuid.UUID]:
-        what = f"input of {kind.name!r}"
-        limit = self.client.payload_limit
-        encoded = _codec.encode_many(
-            [v for _, v in values], kind.input_type, what=what, limit=limit
-        )
-        inserted = await db.schedule_job_insert_many(
-            ttx.connection,
-            self.client.queries,
-            kind=kind.name,
-            queue=kind.queue,
-            priority=kind.priority,
-            max_attempts=kind.max_attempts,
-            ids=uuid7_many(len(values)),
-            inputs=encoded,
-            keys=[k for k, _ in values],
-        )
-        if inserted:
-            ttx.record(kind.queue)
-            self.client.observers.enqueued(kind.name, kind.queue, len(inserted))
-        return {r["key"]: r["id"] for r in inserted}
-
-
-def _input(
-    declared: Schedule[Any] | None, target: Any, stored: str | None, slot: dt.datetime
-) -> Any:
-    if declared is not None:
-        if declared.input_fn is not None:
-            return declared.input_fn(slot.astimezone(_zone(declared.timing.tz)))
-        return declared.input
-    return _codec.decode(stored or "null", target.input_type)
-
-
-def _zone(tz: str) -> dt.tzinfo:
-    from zoneinfo import ZoneInfo
-
-    return ZoneInfo(tz)
-
-
-def _timing(row: db.Record) -> Timing:
-    return Timing(row["cron"], row["every"], row["tz"], row["start_at"])
+        """One firing pass (``now``, for tests, stands for the database's clock); returns
+        the schedules claimed."""
+        return await self._firing.fire_due(now)
 
 
 def _definition(s: Schedule[Any], now: dt.datetime) -> tuple[Any, ...]:
@@ -387,28 +230,16 @@ class ScheduleInfo:
         return slot_key(self.name, slot)
 
 
+# ScheduleInfo's fields read from the row's column of the same name (or the one named here).
+_STORED = [f.name for f in fields(ScheduleInfo) if f.name != "declared"]
+_COLUMNS = {"start": "start_at"}
+
+
 def _info(row: db.Record) -> ScheduleInfo:
     until = row["declared_until"]
-    return ScheduleInfo(
-        name=row["name"],
-        target=row["target"],
-        job=row["job"],
-        cron=row["cron"],
-        every=row["every"],
-        tz=row["tz"],
-        start=row["start_at"],
-        catch_up=row["catch_up"],
-        catch_up_window=row["catch_up_window"],
-        overlap=row["overlap"],
-        dynamic=row["dynamic"],
-        declared=row["dynamic"] or (until is not None and until > row["now"]),
-        declared_until=until,
-        paused=row["paused"],
-        next_at=row["next_at"],
-        last_slot=row["last_slot"],
-        last_run_id=row["last_run_id"],
-        triggered_at=row["triggered_at"],
-    )
+    declared = row["dynamic"] or (until is not None and until > row["now"])
+    stored = {name: row[_COLUMNS.get(name, name)] for name in _STORED}
+    return ScheduleInfo(declared=declared, **stored)
 
 
 class Schedules:
@@ -496,7 +327,7 @@ class Schedules:
         await self._change(name, change)
 
     async def _set_paused(self, conn: db.Conn, row: db.Record, paused: bool) -> None:
-        next_at = None if paused else _timing(row).next_after(row["now"])
+        next_at = None if paused else stored_timing(row).next_after(row["now"])
         await db.schedule_set_paused(conn, self._client.queries, row["name"], paused, next_at)
 
     async def _change(self, name: str, change: Any) -> None:

@@ -277,22 +277,19 @@ def _check_policy(catch_up: object, window: object, overlap: object) -> dt.timed
 
 
 class Schedule(Generic[In]):
-    """A schedule declared with :func:`cyclone.schedule`; pass it to ``Worker(schedules=)``
-    or store it at run time with ``client.schedules.create``."""
+    """A schedule declared with :func:`cyclone.schedule` (which parses its timing); pass it
+    to ``Worker(schedules=)`` or store it at run time with ``client.schedules.create``."""
 
     def __init__(
         self,
         name: str,
         target: Kind[In, Any] | Workflow[In],
+        timing: Timing,
+        input: In | Callable[[dt.datetime], In] | None,
         *,
-        cron: str | None = None,
-        every: dt.timedelta | float | None = None,
-        tz: str = "UTC",
-        start: dt.datetime | None = None,
-        input: In | Callable[[dt.datetime], In] | None = None,
-        catch_up: str = "skip",
-        catch_up_window: dt.timedelta | None = None,
-        overlap: str = "allow",
+        catch_up: str,
+        catch_up_window: dt.timedelta | None,
+        overlap: str,
     ) -> None:
         from cyclone._workflow import Workflow
 
@@ -303,7 +300,7 @@ class Schedule(Generic[In]):
                 f"workflow, got {target!r}"
             )
         self.target = target
-        self.timing = Timing.parse(cron, every, tz, start)
+        self.timing = timing
         self.catch_up_window = _check_policy(catch_up, catch_up_window, overlap)
         self.catch_up = catch_up
         self.overlap = overlap
@@ -360,14 +357,12 @@ def schedule(
     ``catch_up_window``). ``overlap="skip"`` drops a slot while the schedule's previous run
     is still active. Checked here: bad input raises :class:`InvalidScheduleError`.
     """
+    timing = Timing.parse(cron, every, tz, start)
     return Schedule(
         name,
         target,
-        cron=cron,
-        every=every,
-        tz=tz,
-        start=start,
-        input=input,
+        timing,
+        input,
         catch_up=catch_up,
         catch_up_window=catch_up_window,
         overlap=overlap,

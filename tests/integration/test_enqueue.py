@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import uuid
+from typing import Any
 
 import asyncpg
 import msgspec
@@ -225,71 +226,27 @@ async def test_options_are_stored(cyclone_env: CycloneEnv) -> None:
     assert tuple(row) == ("other", 5, 2, "s1", deadline)
 
 
+def refused(error: type[Exception], case: str, **options: object) -> Any:
+    """An enqueue with ``options`` (the input a valid WelcomeEmail unless given) that must
+    raise ``error``."""
+    return pytest.param({"input": WelcomeEmail(user_id=1), **options}, error, id=case)
+
+
 BAD_CALLS = [
-    pytest.param({"input": "not a struct"}, cyclone.InvalidInputError, id="wrong-type"),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "unique": ""}, cyclone.InvalidKeyError, id="empty-key"
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "unique": "a\x00b"},
-        cyclone.InvalidKeyError,
-        id="nul-key",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "unique": "\ud800"},
-        cyclone.InvalidKeyError,
-        id="surrogate-key",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "unique": "é" * 129},
-        cyclone.InvalidKeyError,
-        id="key-257-bytes",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "sequence": ""},
-        cyclone.InvalidKeyError,
-        id="empty-sequence",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "process_at": dt.datetime(2030, 1, 1)},
-        cyclone.InvalidInputError,
-        id="naive-datetime",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "run_deadline": dt.datetime(2030, 1, 1)},
-        cyclone.InvalidInputError,
-        id="naive-deadline",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "process_in": -1},
-        cyclone.InvalidInputError,
-        id="negative-delay",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "process_in": 1, "process_at": dt.datetime.now(dt.UTC)},
-        cyclone.InvalidInputError,
-        id="both",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "priority": "high"},
-        cyclone.InvalidInputError,
-        id="priority-type",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "max_attempts": 0},
-        cyclone.InvalidInputError,
-        id="zero-attempts",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "queue": "no spaces"},
-        cyclone.InvalidInputError,
-        id="bad-queue",
-    ),
-    pytest.param(
-        {"input": WelcomeEmail(user_id=1), "colour": "red"},
-        cyclone.InvalidInputError,
-        id="unknown-option",
-    ),
+    refused(cyclone.InvalidInputError, "wrong-type", input="not a struct"),
+    refused(cyclone.InvalidKeyError, "empty-key", unique=""),
+    refused(cyclone.InvalidKeyError, "nul-key", unique="a\x00b"),
+    refused(cyclone.InvalidKeyError, "surrogate-key", unique="\ud800"),
+    refused(cyclone.InvalidKeyError, "key-257-bytes", unique="é" * 129),
+    refused(cyclone.InvalidKeyError, "empty-sequence", sequence=""),
+    refused(cyclone.InvalidInputError, "naive-datetime", process_at=dt.datetime(2030, 1, 1)),
+    refused(cyclone.InvalidInputError, "naive-deadline", run_deadline=dt.datetime(2030, 1, 1)),
+    refused(cyclone.InvalidInputError, "negative-delay", process_in=-1),
+    refused(cyclone.InvalidInputError, "both", process_in=1, process_at=dt.datetime.now(dt.UTC)),
+    refused(cyclone.InvalidInputError, "priority-type", priority="high"),
+    refused(cyclone.InvalidInputError, "zero-attempts", max_attempts=0),
+    refused(cyclone.InvalidInputError, "bad-queue", queue="no spaces"),
+    refused(cyclone.InvalidInputError, "unknown-option", colour="red"),
 ]
 
 

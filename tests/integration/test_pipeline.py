@@ -1,21 +1,14 @@
 """The worker pipeline: a slot is freed when its handler returns, unwritten outcomes hold back
-claims, every kind of outcome is confirmed from the record after a lost reply, and input that
-no longer decodes fails the run at once."""
+claims, and input that no longer decodes fails the run at once. (Writing the outcomes:
+test_outcomes.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
-
-import asyncpg
-import pytest
 
 import cyclone
-from cyclone import _queries as db
-from cyclone._attempt import Claimed, Failed, Retry, Snoozed
-from cyclone._completer import Completer
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
 
@@ -133,118 +126,3 @@ async def test_input_that_no_longer_decodes_fails_the_run_at_once(
     assert "does not decode as the type this code declares" in error["message"]
     assert "Expected `int`, got `object`" in error["message"]
     assert probe.calls == []  # the handler never ran
-
-
-@cyclone.step("pipe.flaky", queue="pipe", max_attempts=3)
-async def flaky(ctx: cyclone.Context, n: int) -> int:
-    return n
-
-
-async def claim(env: CycloneEnv, run: cyclone.Run) -> Claimed:
-    async with env.pool.acquire() as conn:
-        [row] = await db.task_claim(
-            conn, env.client.queries, "pipe", ["pipe.flaky"], 1, 30.0, "w", []
-        )
-    return Claimed(
-        id=row["id"],
-        run_id=row["run_id"],
-        node=None,
-        kind="pipe.flaky",
-        queue="pipe",
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        claims=row["claims"],
-        run_name=row["name"],
-        input=row["input"],
-        deps=None,
-    )
-
-
-def reply_lost_once(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
-    """Make the first call of ``db.<name>`` commit, then lose its reply; the calls' row
-    counts."""
-    real = getattr(db, name)
-    calls: list[int] = []
-
-    async def lost(*args: Any, **kwargs: Any) -> Any:
-        result = await real(*args, **kwargs)  # committed: one statement or transaction
-        calls.append(len(result) if isinstance(result, list) else int(bool(result)))
-        if len(calls) == 1:
-            raise asyncpg.ConnectionDoesNotExistError("connection lost before the reply")
-        return result
-
-    monkeypatch.setattr(db, name, lost)
-    return calls
-
-
-async def test_a_retry_whose_reply_was_lost_counts_as_accepted(
-    cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run = await flaky.enqueue(cyclone_env.client, 1)
-    claimed = await claim(cyclone_env, run)
-    calls = reply_lost_once(monkeypatch, "task_retry_many")
-    env = cyclone_env
-    completer = Completer(env.pool, env.client.queries, env.client._publish, bound=10)
-    completer.start()
-    try:
-        retry = Retry(claimed, 0.0, '{"type": "E"}', RuntimeError("E"), "failed")
-        snooze = Snoozed(claimed, 60.0)  # the same attempt again: fenced out, not confirmed
-        assert await asyncio.wait_for(completer.submit(retry), 30) is True
-        assert await asyncio.wait_for(completer.submit(snooze), 30) is False
-    finally:
-        await completer.stop()
-    assert calls == [1, 0, 0]  # the second try matched nothing: fenced, applied once
-    info = await run.info()
-    assert [e["type"] for e in info.nodes[0].errors] == ["E"]
-
-
-async def test_a_failure_whose_reply_was_lost_counts_as_accepted(
-    cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run = await flaky.enqueue(cyclone_env.client, 1)
-    claimed = await claim(cyclone_env, run)
-    calls = reply_lost_once(monkeypatch, "last_attempt_fail")
-    env = cyclone_env
-    completer = Completer(env.pool, env.client.queries, env.client._publish, bound=10)
-    completer.start()
-    try:
-        error = '{"type": "E", "at": "now"}'
-        failed = Failed(claimed, error, RuntimeError("E"), "failed")
-        assert await asyncio.wait_for(completer.submit(failed), 30) is True
-    finally:
-        await completer.stop()
-    assert calls == [1, 0]
-    assert await run.status() is cyclone.RunState.FAILED
-
-
-async def test_released_and_failed_attempts_are_named_by_the_record(
-    cyclone_env: CycloneEnv,
-) -> None:
-    """The record tells which attempt put its task back, or failed it, and no other."""
-    q = cyclone_env.client.queries
-    run = await flaky.enqueue(cyclone_env.client, 1)
-    c = await claim(cyclone_env, run)
-    async with cyclone_env.pool.acquire() as conn:
-
-        async def released(claims: int, attempt: int) -> bool:
-            found = await db.attempts_released(conn, q, [run.id], [c.id], [claims], [attempt])
-            return bool(found)
-
-        assert not await released(c.claims, c.attempt)  # still running
-        await db.task_retry_many(conn, q, [run.id], [c.id], [c.claims], [0.0], [None], [True])
-        assert await released(c.claims, c.attempt)
-        assert not await released(c.claims + 1, c.attempt)  # a later claim: not yet made
-        # Claimed again, then reclaimed after its lease: that attempt was not released by us.
-        again = await claim(cyclone_env, run)
-        assert await released(c.claims, c.attempt)  # the first one's release still stands
-        await conn.execute("UPDATE cyclone_tasks SET lease_until = now() - interval '1 hour'")
-        await db.task_reclaim(conn, q, 10)
-        assert not await released(again.claims, again.attempt)
-        # Failures: found by their error record.
-        third = await claim(cyclone_env, run)
-        async with conn.transaction():
-            assert await db.last_attempt_fail(
-                conn, q, "job_fail", run.id, third.id, third.claims, '{"n": 3}', expired_only=False
-            )
-        assert await db.attempts_failed(conn, q, [run.id], [None], ['{"n": 3}']) == {(run.id, None)}
-        assert not await db.attempts_failed(conn, q, [run.id], [None], ['{"n": 2}'])

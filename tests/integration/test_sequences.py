@@ -1,8 +1,10 @@
-"""sequence=: runs of one kind and key execute one at a time, in enqueue order, across workers."""
+"""sequence=: runs of one kind and key execute one at a time, in enqueue order, across workers;
+a failed run (by its last attempt or its deadline) blocks its sequence until retried."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import random
 from collections.abc import AsyncIterator
 
@@ -10,6 +12,7 @@ import asyncpg
 import pytest
 
 import cyclone
+from cyclone import _transitions
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
 
@@ -90,3 +93,55 @@ async def test_cancelling_the_failed_run_unblocks_its_sequence(cyclone_env: Cycl
         assert await head.cancel()  # a failed run can be cancelled: it gives up its place
         assert await after.wait(timeout=30) is cyclone.RunState.COMPLETED
     assert await head.status() is cyclone.RunState.CANCELLED
+
+
+deadline_probe = Probe()
+
+
+@cyclone.step("seq.until_deadline", queue="seq", max_attempts=1)
+async def until_deadline(ctx: cyclone.Context, label: str) -> str:
+    deadline_probe.calls.append((label, ctx.attempt))
+    if label == "slow" and len(deadline_probe.calls) == 1:
+        deadline_probe.started.set()
+        await asyncio.sleep(3600)  # only the first run of it; the deadline ends it
+    if label == "fail":
+        raise RuntimeError("fails")
+    return label
+
+
+async def test_deadline_keeps_a_sequenced_job_blocking(cyclone_env: CycloneEnv) -> None:
+    deadline_probe.reset()
+    client = cyclone_env.client
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    head = await until_deadline.enqueue(client, "slow", sequence="s", run_deadline=later)
+    after = await until_deadline.enqueue(client, "after", sequence="s")
+    async with fast_worker(client, steps=[until_deadline], lease=0.6) as worker:
+        await asyncio.wait_for(deadline_probe.started.wait(), 30)  # then the deadline passes
+        await cyclone_env.pool.execute(
+            "UPDATE cyclone_runs SET deadline = now() WHERE id = $1", head.id
+        )
+        assert await head.wait(timeout=30) is cyclone.RunState.FAILED
+        await asyncio.wait_for(worker.idle(), 30)  # the handler was stopped
+        await cyclone_env.drain(steps=[until_deadline])
+        assert await after.status() is cyclone.RunState.PENDING  # still blocked
+        await head.retry_all()
+        assert await after.wait(timeout=30) is cyclone.RunState.COMPLETED
+    assert [label for label, _ in deadline_probe.calls] == ["slow", "slow", "after"]
+
+
+async def test_deadline_after_the_last_failure_leaves_the_blocker(cyclone_env: CycloneEnv) -> None:
+    deadline_probe.reset()
+    client = cyclone_env.client
+    head = await until_deadline.enqueue(client, "fail", sequence="s")
+    await cyclone_env.drain(steps=[until_deadline])
+    assert await head.status() is cyclone.RunState.FAILED
+    # Maintenance had read the run as overdue before the failure committed, and acts now.
+    async with cyclone_env.pool.acquire() as conn, conn.transaction():
+        effects = await _transitions.expire_deadline(
+            conn, client.queries, head.id, "null", job=True
+        )
+    assert not effects.ended
+    state = await cyclone_env.pool.fetchval(
+        "SELECT state FROM cyclone_tasks WHERE run_id = $1", head.id
+    )
+    assert state == "failed"  # the sequence stays blocked

@@ -79,6 +79,19 @@ async def test_exhausted_attempts_fail_the_run(cyclone_env: CycloneEnv) -> None:
     assert await count_rows(cyclone_env, "cyclone_tasks") == 0
 
 
+@cyclone.step("nul_error", max_attempts=1)
+async def fails_with_a_nul(ctx: cyclone.Context, n: int) -> None:
+    raise RuntimeError("fails\x00with a NUL")
+
+
+async def test_a_nul_in_an_error_is_recorded(cyclone_env: CycloneEnv) -> None:
+    run = await fails_with_a_nul.enqueue(cyclone_env.client, 1)
+    await cyclone_env.drain(steps=[fails_with_a_nul])  # no lease expiry needed to record it
+    info = await run.info()
+    assert info.state is cyclone.RunState.FAILED
+    assert info.nodes[0].errors[0]["message"] == "fails\ufffdwith a NUL"
+
+
 def test_backoff_grows_and_is_capped() -> None:
     delays = [cyclone.exponential_backoff(a, base=1, cap=100) for a in range(1, 12)]
     assert all(
@@ -148,6 +161,16 @@ async def test_cancel_stops_a_running_handler(cyclone_env: CycloneEnv) -> None:
         await asyncio.wait_for(stubborn_probe.stopped.wait(), 30)
     assert stubborn_probe.calls == []
     assert not await run.cancel()  # already ended
+
+
+async def test_cancelling_a_job_keeps_its_attempts(cyclone_env: CycloneEnv) -> None:
+    run = await double.enqueue(cyclone_env.client, 1)
+    await cyclone_env.pool.execute(
+        """UPDATE cyclone_tasks SET attempt = 2, errors = '[{"attempt": 1}]'"""
+    )
+    assert await run.cancel()
+    node = (await run.info()).nodes[0]
+    assert (node.state, node.attempts, node.errors) == ("cancelled", 2, [{"attempt": 1}])
 
 
 order_seen: list[int] = []

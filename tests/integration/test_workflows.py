@@ -250,6 +250,24 @@ async def test_wait_timeout_fails_the_node(cyclone_env: CycloneEnv) -> None:
     assert info.nodes[0].state == "failed"
 
 
+@cyclone.step("wf.child")
+async def child(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+shaped = cyclone.define("wf.shaped", str)
+shaped.node(child, input=lambda text, outputs: len(text))
+
+
+async def test_nodes_go_only_to_workers_that_know_their_workflow(cyclone_env: CycloneEnv) -> None:
+    run = await shaped.submit(cyclone_env.client, "abc")
+    async with fast_worker(cyclone_env.client, steps=[child]) as worker:
+        await asyncio.wait_for(worker.drain(), 30)
+    assert await run.status() is cyclone.RunState.PENDING  # it could not build the input
+    async with fast_worker(cyclone_env.client, workflows=[shaped]):
+        assert await run.wait(timeout=30) is cyclone.RunState.COMPLETED
+
+
 async def test_submit_records_only_claimable_root_queues(
     cyclone_env: CycloneEnv, listener: Listener
 ) -> None:

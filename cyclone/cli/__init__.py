@@ -1,0 +1,18 @@
+"""The ``cyclone`` command: migrate, run a worker, inspect and steer runs, purge, stats.
+
+Every command takes the connection options (``--dsn`` or ``CYCLONE_DATABASE_URL``,
+``--schema``, ``--statement-cache-size``, ``--no-notify``, ``--listen-dsn``) before or after
+its name. Listings take ``--json`` for scripts. Bad input, an unreachable or unmigrated
+database prints one line on stderr and exits with status 1 (2 for usage errors), never a
+traceback; ``cyclone worker`` waits for an unreachable database instead.
+
+The group and what every command shares are in ``_common``; each module after it adds one
+family of commands to ``main`` when imported: ``_worker`` (dev-db, migrate, worker),
+``_runs`` (runs, purge), ``_queues`` (stats, queues), ``_schedules``, ``_dashboard``.
+"""
+
+# Imported for the commands each adds to main.
+from cyclone.cli import _dashboard, _queues, _runs, _schedules, _worker  # noqa: F401
+from cyclone.cli._common import main
+
+__all__ = ["main"]

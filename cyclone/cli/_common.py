@@ -1,0 +1,215 @@
+"""What every command shares: the ``main`` group, the connection options, a client on a
+pool of its own, one-line failures and the output helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import os
+import re
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+try:
+    import click
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise SystemExit("the cyclone command needs its extra: pip install 'cyclone-pg[cli]'") from exc
+
+import asyncpg
+
+from cyclone._client import Client
+from cyclone._errors import CycloneError
+from cyclone._queries import DATABASE_ERRORS
+from cyclone._sql import validate_identifier
+
+T = TypeVar("T")
+# Piped output is not cut to 80 columns: that width is for a terminal (or $COLUMNS).
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 10_000)
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class Failure(click.ClickException):
+    """A one-line error and exit status 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"cyclone: {self.message}", err=True)
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """``90s``, ``15m``, ``12h``, ``7d``, ``2w`` as a timedelta."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise Failure(f"{text!r} is not a duration like 90s, 15m, 12h, 7d or 2w")
+    return dt.timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+
+
+def with_client(
+    ctx: click.Context,
+    use: Callable[[Client], Awaitable[T]],
+    *,
+    connections: int = 4,
+    check: bool = True,
+    lazy: bool = False,
+) -> T:
+    """Run ``use`` with a client on a pool of its own, to its end; Cyclone's and the
+    database's errors become a :class:`Failure`. ``check``: refuse an unmigrated schema;
+    ``lazy``: connect on first use (a worker may start before the database does)."""
+    try:
+        return asyncio.run(_use_client(ctx, use, connections=connections, check=check, lazy=lazy))
+    except CycloneError as exc:
+        raise Failure(str(exc)) from None
+    except (TimeoutError, *DATABASE_ERRORS) as exc:
+        raise Failure(f"database error: {exc}") from None
+
+
+async def _use_client(
+    ctx: click.Context,
+    use: Callable[[Client], Awaitable[T]],
+    *,
+    connections: int,
+    check: bool,
+    lazy: bool,
+) -> T:
+    opts = ctx.obj
+    dsn, schema = opts.get("dsn"), opts["schema"]
+    if not dsn:
+        raise Failure("no database: pass --dsn or set CYCLONE_DATABASE_URL")
+    try:
+        validate_identifier(schema, what="--schema")
+    except ValueError as exc:
+        raise Failure(str(exc)) from None
+    pool_options: dict[str, Any] = {}
+    if opts.get("statement_cache_size") is not None:
+        pool_options["statement_cache_size"] = opts["statement_cache_size"]
+    try:
+        pool = await asyncio.wait_for(
+            asyncpg.create_pool(
+                dsn, min_size=0 if lazy else 1, max_size=connections, **pool_options
+            ),
+            15,
+        )
+    except (TimeoutError, *DATABASE_ERRORS, ValueError) as exc:
+        raise Failure(f"cannot connect to the database: {exc}") from None
+    try:
+        client = Client(
+            pool, schema=schema, notify=opts["notify"], listen_dsn=opts.get("listen_dsn")
+        )
+        async with client:
+            if check:
+                await client.check_schema()
+            return await use(client)
+    finally:
+        await pool.close()
+
+
+def parse_run_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise Failure(f"{text!r} is not a run id") from None
+
+
+def add_row(table: Table, *cells: str) -> None:
+    # Run data is not rich markup: "[x]" in an error message must print as it is.
+    table.add_row(*(Text(cell) for cell in cells))
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, default=str, indent=2))
+
+
+def _store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    # The group stores every value (its defaults too); a subcommand only what it was given.
+    obj = ctx.ensure_object(dict)
+    if value is not None or param.name not in obj:
+        obj[str(param.name)] = value
+
+
+_CONNECTION_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--dsn",), {"envvar": "CYCLONE_DATABASE_URL", "help": "PostgreSQL DSN."}),
+    (
+        ("--schema",),
+        {
+            "envvar": "CYCLONE_SCHEMA",
+            "default": "public",
+            "show_default": True,
+            "help": "Cyclone's schema.",
+        },
+    ),
+    (
+        ("--statement-cache-size",),
+        {
+            "envvar": "CYCLONE_STATEMENT_CACHE_SIZE",
+            "type": click.IntRange(0),
+            "help": "asyncpg's prepared statements per connection (default 100); "
+            "0 behind PgBouncer in transaction mode.",
+        },
+    ),
+    (
+        ("--notify/--no-notify",),
+        {
+            "envvar": "CYCLONE_NOTIFY",
+            "default": True,
+            "show_default": True,
+            "help": "LISTEN for wakeups; --no-notify (poll only) behind PgBouncer in "
+            "transaction mode.",
+        },
+    ),
+    (
+        ("--listen-dsn",),
+        {
+            "envvar": "CYCLONE_LISTEN_DSN",
+            "help": "Where the LISTEN connection goes (default: --dsn); straight to "
+            "PostgreSQL when --dsn is PgBouncer in transaction mode.",
+        },
+    ),
+]
+
+
+def _connection_params(*, top: bool) -> list[click.Parameter]:
+    """The connection options; on a subcommand they override the group's."""
+    params: list[click.Parameter] = []
+    for decls, attrs in _CONNECTION_OPTIONS:
+        if not top:  # the environment and the defaults are read once, by the group
+            attrs = {**attrs, "envvar": None, "default": None, "show_default": False}
+        else:
+            attrs = {**attrs, "show_envvar": True}
+        params.append(click.Option(decls, expose_value=False, callback=_store, **attrs))
+    return params
+
+
+@click.group(params=_connection_params(top=True))
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+def main(verbose: bool) -> None:
+    """Cyclone: durable jobs and workflows in PostgreSQL."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def command(
+    group: click.Group, name: str | None = None
+) -> Callable[[Callable[..., None]], click.Command]:
+    """A subcommand of ``group``: its own options, then the connection options; it gets the
+    context (the connection options are in ``ctx.obj``) as its first argument."""
+
+    def decorate(function: Callable[..., None]) -> click.Command:
+        made = group.command(name)(click.pass_context(function))
+        made.params.extend(_connection_params(top=False))
+        return made
+
+    return decorate
+
+
+def subgroup(function: Callable[[], None]) -> click.Group:
+    """A group of commands under ``main`` that takes the connection options too."""
+    return main.group(params=_connection_params(top=False))(function)

@@ -1,0 +1,208 @@
+"""``cyclone runs ls|show|signal|retry|cancel`` and ``cyclone purge``: find, inspect and
+steer runs, and delete the old ones."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Column, Table
+
+from cyclone._client import Client
+from cyclone._run import RunInfo, RunQuery, RunState
+from cyclone.cli._common import (
+    Failure,
+    add_row,
+    command,
+    console,
+    main,
+    parse_duration,
+    parse_run_id,
+    print_json,
+    subgroup,
+    with_client,
+)
+
+
+def _info_dict(info: RunInfo) -> dict[str, Any]:
+    data = asdict(info)
+    data["state"] = info.state.value
+    return data
+
+
+@subgroup
+def runs() -> None:
+    """List, show, signal, retry and cancel runs."""
+
+
+@command(runs, "ls")
+@click.option("--state", type=click.Choice([s.value for s in RunState]), multiple=True)
+@click.option("--name")
+@click.option("--key")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--cursor", help="Where the previous page ended (its next cursor).")
+@click.option("--json", "as_json", is_flag=True)
+def runs_ls(
+    ctx: click.Context,
+    state: tuple[str, ...],
+    name: str | None,
+    key: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """List runs, newest first, a page at a time: pass the next cursor back as --cursor."""
+    query = RunQuery(
+        name=name,
+        key=key,
+        limit=limit,
+        cursor=cursor,
+        state=[RunState(s) for s in state] or None,
+    )
+    page = with_client(ctx, lambda c: c.list_runs(query))
+    if as_json:
+        print_json({"runs": [_info_dict(r) for r in page.runs], "next_cursor": page.next_cursor})
+        return
+    table = Table(Column("id", no_wrap=True, min_width=36), "name", "state", "key", "created")
+    for r in page.runs:
+        add_row(table, str(r.id), r.name, r.state.value, r.key or "", f"{r.created_at:%F %T}")
+    console.print(table)
+    if page.next_cursor:
+        console.print(f"next page: --cursor {page.next_cursor}", markup=False)
+
+
+def _levels(info: RunInfo) -> list[list[str]]:
+    parents: dict[str, list[str]] = {n.name: [] for n in info.nodes}
+    for parent, child in info.edges:
+        parents[child].append(parent)
+    depth: dict[str, int] = {}
+
+    def level(name: str) -> int:  # nodes come by name, not in a topological order
+        if name not in depth:
+            depth[name] = 1 + max((level(p) for p in parents[name]), default=-1)
+        return depth[name]
+
+    for node in info.nodes:
+        level(node.name)
+    levels: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for name, d in depth.items():
+        levels[d].append(name)
+    return levels
+
+
+@command(runs, "show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show a run: its nodes, attempts, errors and graph."""
+    rid = parse_run_id(run_id)
+
+    async def go(client: Client) -> RunInfo:
+        return await (await client.get_run(rid)).info()
+
+    info = with_client(ctx, go)
+    if as_json:
+        print_json(_info_dict(info))
+        return
+    console.print(f"{info.name} {info.id}  {info.state.value}  key={info.key}", markup=False)
+    for label, value in (("input", info.input), ("output", info.output)):
+        text = json.dumps(value, default=str, indent=2)
+        console.print(f"{label}: {text}", markup=False, highlight=False)
+    if info.error:
+        console.print(f"error: {info.error.get('type')}: {info.error.get('message')}", markup=False)
+    table = Table("node", "kind", "state", "attempts", "last error")
+    for n in info.nodes:
+        last = n.errors[-1] if n.errors else None
+        add_row(
+            table,
+            n.name,
+            n.kind or "(wait)",
+            n.state,
+            str(n.attempts),
+            f"{last['type']}: {last['message']}" if last else "",
+        )
+    console.print(table)
+    states = {n.name: n.state for n in info.nodes}
+    for depth, names in enumerate(_levels(info)):
+        arrow = "  " * depth + ("└─ " if depth else "")
+        console.print(arrow + "  ".join(f"{n} ({states[n]})" for n in names), markup=False)
+
+
+@command(runs, "signal")
+@click.argument("run_id")
+@click.argument("node")
+@click.option("--payload", help="JSON for the wait node's output (default: null).")
+def runs_signal(ctx: click.Context, run_id: str, node: str, payload: str | None) -> None:
+    """Complete wait node NODE of a run; the payload becomes its output."""
+    rid = parse_run_id(run_id)
+    try:
+        value = None if payload is None else json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise Failure(
+            f"--payload is not JSON ({exc}); quote it for the shell: --payload '{{\"ok\": true}}'"
+        ) from None
+    except RecursionError:
+        raise Failure("--payload is nested too deeply to decode") from None
+    with_client(ctx, lambda c: c.signal(rid, node, value))
+    click.echo(f"signalled {node} of run {rid}")
+
+
+@command(runs, "retry")
+@click.argument("run_id")
+@click.option("--node", help="Reset only this failed node.")
+def runs_retry(ctx: click.Context, run_id: str, node: str | None) -> None:
+    """Re-open a failed run (or one failed node)."""
+    rid = parse_run_id(run_id)
+
+    async def go(client: Client) -> None:
+        run = await client.get_run(rid)
+        await (run.retry(node) if node else run.retry_all())
+
+    with_client(ctx, go)
+    click.echo(f"retried {rid}")
+
+
+@command(runs, "cancel")
+@click.argument("run_id")
+def runs_cancel(ctx: click.Context, run_id: str) -> None:
+    """Cancel a pending, running or failed run."""
+    rid = parse_run_id(run_id)
+
+    async def go(client: Client) -> bool:
+        return await (await client.get_run(rid)).cancel()
+
+    cancelled = with_client(ctx, go)
+    click.echo(f"cancelled {rid}" if cancelled else f"{rid} had already ended")
+
+
+@command(main)
+@click.option("--older-than", "older_than", required=True, help="Age, e.g. 7d, 12h, 30m.")
+@click.option(
+    "--state",
+    type=click.Choice(["completed", "failed", "cancelled"]),
+    multiple=True,
+    help="Only these states (default: all three).",
+)
+def purge(ctx: click.Context, older_than: str, state: tuple[str, ...]) -> None:
+    """Delete terminal runs older than --older-than; their keys become free."""
+    age = parse_duration(older_than)
+    states = [RunState(s) for s in (state or ("completed", "failed", "cancelled"))]
+
+    async def go(client: Client) -> int:
+        total = 0
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("purging", total=None)
+
+            def purged(count: int) -> None:
+                nonlocal total
+                total += count
+                progress.update(task, advance=count, description=f"purged {total}")
+
+            await client._purge([(s, age) for s in states], 1000, batches=None, on_batch=purged)
+        return total
+
+    click.echo(f"purged {with_client(ctx, go)} runs")

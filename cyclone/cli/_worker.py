@@ -1,0 +1,195 @@
+"""The commands that set up and run: ``cyclone dev-db`` (a throwaway server), ``cyclone
+migrate`` (the schema) and ``cyclone worker`` (a worker for a target until a signal)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from cyclone import _queries as db
+from cyclone._client import Client
+from cyclone._kinds import Step
+from cyclone._worker import DEFAULT_CONCURRENCY, Worker
+from cyclone._workflow import Workflow
+from cyclone.cli._common import Failure, command, main, with_client
+from cyclone.cli._targets import describe, load, parse_queues, read_target, steps_of
+
+
+@main.command("dev-db")
+def dev_db() -> None:
+    """Start a throwaway PostgreSQL for local development and print its DSN.
+
+    With CYCLONE_DATABASE_URL set, print that instead and leave its server alone.
+    """
+    from cyclone.testing import PostgresUnavailableError, postgres_server
+    from cyclone.testing import describe as describe_server
+
+    env_var = "CYCLONE_DATABASE_URL"
+    try:
+        with postgres_server(env_var=env_var) as server:
+            # Blocked before the DSN is printed: whoever reads it may signal at once, and the
+            # signal must end the wait below rather than this process.
+            stops = {signal.SIGINT, signal.SIGTERM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+            click.echo(server.dsn)
+            ends = "leaves it running" if server.source == env_var else "deletes its data"
+            click.echo(f"# {describe_server(server)}; Ctrl-C stops this and {ends}", err=True)
+            signal.sigwait(stops)
+    except PostgresUnavailableError as exc:
+        raise Failure(str(exc)) from None
+
+
+@command(main)
+def migrate(ctx: click.Context) -> None:
+    """Create or update Cyclone's tables."""
+
+    async def go(client: Client) -> tuple[list[int], list[int]]:
+        applied = await client.migrate()
+        async with client._acquire() as conn:
+            return applied, await db.migrations_applied(conn, client.queries)
+
+    applied, present = with_client(ctx, go, check=False)
+    click.echo(f"applied: {applied or 'none'}; schema {ctx.obj['schema']} is at {present}")
+
+
+async def _unless_stopped(stop: asyncio.Event, work: Awaitable[None]) -> bool:
+    """Await ``work`` unless ``stop`` is set first (then cancel it); whether it finished."""
+    done = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([done, stopped], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not done.done():
+        done.cancel()
+        await asyncio.gather(done, return_exceptions=True)
+        return False
+    done.result()
+    return True
+
+
+@command(main)
+@click.argument("target")
+@click.option("--queues", help="Queues and their concurrency: orders=16,default=4.")
+@click.option("--poll-interval", type=float, default=1.0, show_default=True)
+@click.option("--shutdown-timeout", type=float, default=30.0, show_default=True)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(2),
+    help="Pool size (default: the queue limits' sum, one per queue, and 4 more).",
+)
+@click.option(
+    "--wait-for-migrations",
+    is_flag=True,
+    envvar="CYCLONE_WAIT_FOR_MIGRATIONS",
+    help="On an unmigrated schema, wait until `cyclone migrate` has run (default: exit 1).",
+)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve /metrics here.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option("--queue-metrics", is_flag=True, help="Also the database-wide gauges (one process).")
+def worker(
+    ctx: click.Context,
+    target: str,
+    queues: str | None,
+    poll_interval: float,
+    shutdown_timeout: float,
+    max_connections: int | None,
+    wait_for_migrations: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    queue_metrics: bool,
+) -> None:
+    """Run a worker for TARGET (MODULE:OBJECT) until SIGINT or SIGTERM.
+
+    OBJECT is a step, a workflow, a list of them, or a function (sync or async) that takes
+    the client and returns a Worker (configured there: --queues, --poll-interval and
+    --shutdown-timeout do not apply to it). MODULE is imported with the current directory
+    first on sys.path. A first signal stops gracefully; a second stops at once.
+    --metrics-port serves Prometheus metrics (the prometheus extra); --queue-metrics adds the
+    database-wide gauges, to enable in one process per database.
+    """
+    if queue_metrics and metrics_port is None:
+        raise Failure("--queue-metrics needs --metrics-port")
+    found = read_target(target, load(target))
+    limits = parse_queues(queues)
+    if callable(found):
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in ("queues", "poll_interval", "shutdown_timeout")
+            if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT
+        ]
+        if given:
+            raise Failure(f"{target} makes its own Worker; {', '.join(given)} would be ignored")
+    elif max_connections is None and limits is None:
+        limits = {s.queue: DEFAULT_CONCURRENCY for s in steps_of(found)}
+    if max_connections is None:
+        # A handler holding its completion transaction keeps a connection; the claims,
+        # heartbeat, completions and maintenance need theirs beside them.
+        max_connections = sum(limits.values()) + len(limits) + 4 if limits else 32
+
+    async def build(client: Client) -> Worker:
+        if not callable(found):
+            return Worker(
+                client,
+                steps=[i for i in found if isinstance(i, Step)],
+                workflows=[i for i in found if isinstance(i, Workflow)],
+                queues=limits,
+                poll_interval=poll_interval,
+                shutdown_timeout=shutdown_timeout,
+            )
+        made = found(client)
+        if inspect.isawaitable(made):
+            made = await made
+        if not isinstance(made, Worker):
+            raise Failure(f"{target} returned {describe(made)}, not a cyclone.Worker")
+        return made
+
+    async def go(client: Client) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        w: Worker | None = None
+
+        def on_signal() -> None:
+            if stop.is_set() and w is not None:
+                click.echo("cyclone: stopping now", err=True)
+                w.hurry()
+            stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal)
+        # Until the database answers (and is migrated, with --wait-for-migrations), or a signal.
+        ready = client._wait_until_ready(wait_for_schema=wait_for_migrations)
+        if not await _unless_stopped(stop, ready):
+            return
+        w = await build(client)
+        stop_metrics = _serve_metrics(client, metrics_port, metrics_host, queue_metrics)
+        await w.start()  # refuses a schema that is not this package's
+        click.echo(f"cyclone: worker {w.id} running; Ctrl-C stops it", err=True)
+        await stop.wait()
+        click.echo("cyclone: stopping gracefully (again to stop now)", err=True)
+        await w.stop()
+        stop_metrics()
+
+    with_client(ctx, go, connections=max_connections, check=False, lazy=True)
+
+
+def _serve_metrics(
+    client: Client, port: int | None, host: str, queue_metrics: bool
+) -> Callable[[], Any]:
+    """Serve Prometheus metrics on ``host:port`` (none without a port); what stops it."""
+    if port is None:
+        return lambda: None
+    try:
+        from cyclone.prometheus import serve_metrics
+    except ImportError:
+        raise Failure("--metrics-port needs: pip install 'cyclone-pg[prometheus]'") from None
+    try:
+        server = serve_metrics(client, port, host=host, queue_metrics=queue_metrics)
+    except OSError as exc:
+        raise Failure(f"cannot serve metrics on {host}:{port}: {exc}") from None
+    click.echo(f"cyclone: metrics on http://{host}:{server.server_port}/metrics", err=True)
+    return server.shutdown
