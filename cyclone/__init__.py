@@ -216,7 +216,7 @@ async def enqueue_completion(
     The job exists only if this step's completion commits. ``client`` may be a producer-only
     client that declares ``kind`` with ``register_kind``; the row goes to the worker's database.
     """
-    tx = await ctx._completion_tracked()
+    tx = await ctx.completion_tracked()
     return await kind.enqueue_tx(client, tx, input, **options)
 
 
@@ -247,7 +247,7 @@ async def submit_completion(
 
     A :class:`ResultWorkflow` gives a :class:`ResultRun`.
     """
-    tx = await ctx._completion_tracked()
+    tx = await ctx.completion_tracked()
     return await workflow.submit_tx(client, tx, input, **options)
 
 

@@ -92,6 +92,7 @@ class Worker:
         schedules: Sequence[Schedule[Any]] = (),
     ) -> None:
         self.client = client
+        services = self._services = client.services
         self.wait_for_schema = bool(wait_for_schema)
         self._steps: dict[str, Step[Any, Any]] = {}
         self._workflows: dict[str, Workflow[Any]] = {}
@@ -128,25 +129,30 @@ class Worker:
         self._kinds = sorted(self._steps)
         self._workflow_names = sorted(self._workflows)
         self._leases = LeaseKeeper(
-            client,
+            services.database,
             worker_id=self.id,
             lease=self.lease,
             interval=self.heartbeat,
             present=self._present,
         )
         self._completer = Completer(
-            client.pool,
-            client.queries,
-            client._publish,
+            services.database,
+            services.publisher,
             bound=UNWRITTEN_PER_SLOT * sum(self._queues.values()),
             on_written=self._room_made,
         )
         executor = Executor(
-            client, self._steps, self._workflows, backoff=backoff, leases=self._leases
+            client,
+            self._steps,
+            self._workflows,
+            database=services.database,
+            backoff=backoff,
+            leases=self._leases,
         )
         self._producers = {
             name: Producer(
-                client,
+                services.database,
+                services.observers,
                 name,
                 limit,
                 worker_id=self.id,
@@ -227,15 +233,19 @@ class Worker:
         """Start claiming in the running event loop."""
         if self._started:
             raise RuntimeError("this worker was started already")
-        await self.client._wait_until_ready(wait_for_schema=self.wait_for_schema)
-        async with self.client._acquire() as conn:  # visible in stats once start() returns
+        database, client = self._services.database, self.client
+        await database.wait_until_ready(
+            wait_for_schema=self.wait_for_schema,
+            listens=client.notify and client.listen_dsn is None,  # LISTENs through the pool
+        )
+        async with database.acquire() as conn:  # visible in stats once start() returns
             await self._present(conn)
         await self._scheduler.start()  # schedules: declare, then arm the timer
         self._started = True
         loop = asyncio.get_running_loop()
         self._completer.start()
-        if self.client.notify:
-            notifier = self.client._notifier
+        notifier = self._services.notifier
+        if notifier is not None:
             self._unsubscribe = notifier.subscribe_queues(self._on_wakeup)
             notifier.acquire()
         self._tasks = [
@@ -282,9 +292,9 @@ class Worker:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self._completer.stop()
-        if self._unsubscribe is not None:
+        if self._unsubscribe is not None and self._services.notifier is not None:
             self._unsubscribe()
-            await self.client._notifier.release()
+            await self._services.notifier.release()
         await self._leave()
         logger.info("worker %s stopped", self.id, extra={"worker": self.id})
 
@@ -313,7 +323,7 @@ class Worker:
         """
         while True:
             await self._leases.idle.wait()
-            async with self.client._acquire() as conn:
+            async with self._services.database.acquire() as conn:
                 if not await db.task_pending_work(
                     conn, self.client.queries, self._kinds, self._workflow_names
                 ):
@@ -364,7 +374,7 @@ class Worker:
     async def _leave(self) -> None:
         """Remove this worker's presence row (it would expire by itself anyway)."""
         try:
-            async with self.client._acquire() as conn:
+            async with self._services.database.acquire() as conn:
                 await db.worker_leave(conn, self.client.queries, self.id)
         except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
             logger.warning(
@@ -394,7 +404,9 @@ class Worker:
     async def maintain_once(self, limit: int = 100) -> None:
         """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, and
         (with a client ``retention``) delete terminal runs old enough."""
-        await maintenance.run_once(self.client, worker_id=self.id, limit=limit)
+        await maintenance.run_once(
+            self._services, self.client.retention, worker_id=self.id, limit=limit
+        )
 
 
 def _names(word: str, names: Sequence[str]) -> str:

@@ -184,7 +184,7 @@ async def test_a_retry_whose_reply_was_lost_counts_as_accepted(
     claimed = await claim(cyclone_env, run)
     calls = reply_lost_once(monkeypatch, "task_retry_many")
     env = cyclone_env
-    completer = Completer(env.pool, env.client.queries, env.client._publish, bound=10)
+    completer = Completer(env.client.services.database, env.client.services.publisher, bound=10)
     completer.start()
     try:
         retry = Retry(claimed, 0.0, '{"type": "E"}', RuntimeError("E"), "failed")
@@ -205,7 +205,7 @@ async def test_a_failure_whose_reply_was_lost_counts_as_accepted(
     claimed = await claim(cyclone_env, run)
     calls = reply_lost_once(monkeypatch, "last_attempt_fail")
     env = cyclone_env
-    completer = Completer(env.pool, env.client.queries, env.client._publish, bound=10)
+    completer = Completer(env.client.services.database, env.client.services.publisher, bound=10)
     completer.start()
     try:
         error = '{"type": "E", "at": "now"}'

@@ -49,7 +49,7 @@ async def claimed_with_expired_lease(env: CycloneEnv) -> tuple[cyclone.ResultRun
 async def test_completion_waiting_on_a_reclaim_is_rejected(cyclone_env: CycloneEnv) -> None:
     run, claimed = await claimed_with_expired_lease(cyclone_env)
     completer = Completer(
-        cyclone_env.pool, cyclone_env.client.queries, cyclone_env.client._publish, bound=10
+        cyclone_env.client.services.database, cyclone_env.client.services.publisher, bound=10
     )
     completer.start()
     try:
@@ -83,7 +83,9 @@ async def test_reclaim_skips_a_task_being_completed(cyclone_env: CycloneEnv) -> 
         )
         assert len(rows) == 1
         # Maintenance runs meanwhile: SKIP LOCKED passes the task by instead of waiting.
-        await asyncio.wait_for(_maintenance.run_once(cyclone_env.client, worker_id="m"), 30)
+        await asyncio.wait_for(
+            _maintenance.run_once(cyclone_env.client.services, None, worker_id="m"), 30
+        )
         await tx.commit()
     info = await run.info()
     assert (info.state, info.nodes[0].errors) == (cyclone.RunState.COMPLETED, [])
@@ -109,7 +111,7 @@ async def test_completion_whose_reply_was_lost_counts_as_accepted(
 
     monkeypatch.setattr(db, "job_complete_many", reply_lost)
     completer = Completer(
-        cyclone_env.pool, cyclone_env.client.queries, cyclone_env.client._publish, bound=10
+        cyclone_env.client.services.database, cyclone_env.client.services.publisher, bound=10
     )
     completer.start()
     try:
@@ -166,7 +168,7 @@ async def test_a_stale_attempt_of_a_retried_job_is_not_confirmed(
         return await real(*args)
 
     monkeypatch.setattr(db, "job_complete_many", first_try_fails)
-    completer = Completer(cyclone_env.pool, q, client._publish, bound=10)
+    completer = Completer(client.services.database, client.services.publisher, bound=10)
     completer.start()
     try:
         fresh = dataclasses.replace(stale, id=row["id"], claims=row["claims"])
