@@ -9,7 +9,7 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar, Unpack, overload
 
-from cyclone._client import Client, Retention
+from cyclone._client import Client
 from cyclone._context import Context, Snooze
 from cyclone._errors import (
     ContextError,
@@ -55,6 +55,7 @@ from cyclone._run import (
     UnservedWork,
     WorkerInfo,
 )
+from cyclone._runs import Retention
 from cyclone._scheduler import ScheduleInfo, Schedules
 from cyclone._schedules import (
     Schedule,

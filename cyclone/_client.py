@@ -9,7 +9,6 @@ import logging
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -37,7 +36,7 @@ from cyclone._run import (
     UnservedWork,
     WorkerInfo,
 )
-from cyclone._runs import Runs, run_info, search_args
+from cyclone._runs import Retention, Runs, search_args
 from cyclone._scheduler import Schedules
 from cyclone._services import Services
 from cyclone._sql import Queries
@@ -47,42 +46,6 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
 logger = logging.getLogger("cyclone")
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    """How long terminal runs are kept before the workers' sweeper deletes them.
-
-    ``None`` keeps runs in that state forever. A run's submit key stays taken while the
-    run is kept, so keep runs longer than a caller may retry a request. ``batch`` caps the
-    rows deleted per statement, so each sweep holds its locks only briefly.
-    """
-
-    completed: dt.timedelta | None = None
-    failed: dt.timedelta | None = None
-    cancelled: dt.timedelta | None = None
-    batch: int = 1000
-
-    def __post_init__(self) -> None:
-        for name in ("completed", "failed", "cancelled"):
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, dt.timedelta) or value < dt.timedelta(0)
-            ):
-                raise InvalidInputError(f"Retention.{name} must be a non-negative timedelta")
-        validate_int(self.batch, what="Retention.batch", low=1)
-
-    def ages(self) -> list[tuple[RunState, dt.timedelta]]:
-        """Each state with a retention, and its age."""
-        return [
-            (state, age)
-            for state, age in (
-                (RunState.COMPLETED, self.completed),
-                (RunState.FAILED, self.failed),
-                (RunState.CANCELLED, self.cancelled),
-            )
-            if age is not None
-        ]
 
 
 _PURGE_BATCH = 1000
@@ -302,22 +265,7 @@ class Client:
 
     async def list_runs(self, query: RunQuery | None = None) -> RunPage:
         """Runs matching ``query``, newest first, one page at a time."""
-        query = query or RunQuery()
-        limit = validate_int(query.limit, what="limit", low=1)
-        args = search_args(query)
-        async with self.services.database.acquire() as conn:
-            rows = await db.run_search(conn, self.queries, *args, limit + 1, query.scan)
-            runs = [run_info(r) for r in rows[:limit]]
-            if len(rows) > limit:
-                next_cursor: str | None = str(runs[-1].id)
-            elif query.scan is not None:
-                # A short page from a bounded walk: go on from where the walk ended, if the
-                # history goes on.
-                end = await db.run_walk_end(conn, self.queries, args[4], query.scan)
-                next_cursor = None if end is None else str(end)
-            else:
-                next_cursor = None
-        return RunPage(runs=runs, next_cursor=next_cursor)
+        return await self.services.runs.page(query or RunQuery())
 
     async def purge_terminal_runs(
         self,

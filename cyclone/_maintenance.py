@@ -17,7 +17,8 @@ from cyclone import _queries as db
 from cyclone._attempt import describe_attempt
 
 if TYPE_CHECKING:
-    from cyclone._client import Client, Retention
+    from cyclone._client import Client
+    from cyclone._runs import Retention
     from cyclone._services import Services
 
 logger = logging.getLogger("cyclone")

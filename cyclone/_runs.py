@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cyclone import _codec, _transitions
@@ -29,7 +30,52 @@ from cyclone._keys import validate_key, validate_name
 from cyclone._notifier import Notifier
 from cyclone._options import validate_int
 from cyclone._publisher import Publisher
-from cyclone._run import NodeInfo, NodePayloads, RunInfo, RunPayloads, RunQuery, RunState
+from cyclone._run import (
+    NodeInfo,
+    NodePayloads,
+    RunInfo,
+    RunPage,
+    RunPayloads,
+    RunQuery,
+    RunState,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long terminal runs are kept before the workers' sweeper deletes them.
+
+    ``None`` keeps runs in that state forever. A run's submit key stays taken while the
+    run is kept, so keep runs longer than a caller may retry a request. ``batch`` caps the
+    rows deleted per statement, so each sweep holds its locks only briefly.
+    """
+
+    completed: dt.timedelta | None = None
+    failed: dt.timedelta | None = None
+    cancelled: dt.timedelta | None = None
+    batch: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("completed", "failed", "cancelled"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, dt.timedelta) or value < dt.timedelta(0)
+            ):
+                raise InvalidInputError(f"Retention.{name} must be a non-negative timedelta")
+        validate_int(self.batch, what="Retention.batch", low=1)
+
+    def ages(self) -> list[tuple[RunState, dt.timedelta]]:
+        """Each state with a retention, and its age."""
+        return [
+            (state, age)
+            for state, age in (
+                (RunState.COMPLETED, self.completed),
+                (RunState.FAILED, self.failed),
+                (RunState.CANCELLED, self.cancelled),
+            )
+            if age is not None
+        ]
+
 
 _WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notifications do
 _DIAGNOSE_TIMEOUT = 2.0  # seconds a timed-out wait spends finding what holds the run up
@@ -201,6 +247,25 @@ class Runs:
         async with self.database.transact() as conn:
             effects = await _transitions.signal(conn, self.database.queries, run_id, node, encoded)
         self.publisher.publish(effects.payloads())
+
+    async def page(self, query: RunQuery) -> RunPage:
+        """Runs matching ``query``, newest first: one page (``Client.list_runs``)."""
+        limit = validate_int(query.limit, what="limit", low=1)
+        args = search_args(query)
+        q = self.database.queries
+        async with self.database.acquire() as conn:
+            rows = await db.run_search(conn, q, *args, limit + 1, query.scan)
+            runs = [run_info(r) for r in rows[:limit]]
+            if len(rows) > limit:
+                next_cursor: str | None = str(runs[-1].id)
+            elif query.scan is not None:
+                # A short page from a bounded walk: go on from where the walk ended, if the
+                # history goes on.
+                end = await db.run_walk_end(conn, q, args[4], query.scan)
+                next_cursor = None if end is None else str(end)
+            else:
+                next_cursor = None
+        return RunPage(runs=runs, next_cursor=next_cursor)
 
     async def purge(
         self,

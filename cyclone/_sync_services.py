@@ -92,12 +92,19 @@ class SyncDatabase:
 @contextlib.contextmanager
 def pinned(raw: psycopg.Connection[Any]) -> Iterator[None]:
     """``raw.transaction()``; when it begins a transaction (rather than a savepoint), that
-    transaction runs at READ COMMITTED whatever the session's default."""
-    idle = raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    with raw.transaction():
-        if idle:
-            raw.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        yield
+    transaction runs at READ COMMITTED whatever the session's default. psycopg sends the
+    level with its ``BEGIN``; the connection's own setting is put back after."""
+    if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        with raw.transaction():
+            yield
+        return
+    before = raw.isolation_level
+    raw.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    try:
+        with raw.transaction():
+            yield
+    finally:
+        raw.isolation_level = before
 
 
 class SyncRuns:

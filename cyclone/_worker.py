@@ -33,7 +33,7 @@ from cyclone._leases import LeaseKeeper
 from cyclone._options import seconds, validate_int, validate_queue
 from cyclone._producer import Producer
 from cyclone._scheduler import Scheduler
-from cyclone._workflow import defined_workflows
+from cyclone._served import check_served
 
 if TYPE_CHECKING:
     from cyclone._client import Client
@@ -47,8 +47,6 @@ DEFAULT_CONCURRENCY = 10
 PRESENCE_BEATS = 3
 # Outcomes that may wait unwritten, per slot of every queue, before claims hold back.
 UNWRITTEN_PER_SLOT = 2
-# Warnings about a worker's configuration already given in this process, said once each.
-_WARNED: set[str] = set()
 
 
 def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0) -> float:
@@ -113,7 +111,7 @@ class Worker:
             validate_queue(name): validate_int(n, what=f"{name!r} limit", low=1)
             for name, n in queues.items()
         }
-        self._check_served(given)
+        check_served(given, self._queues, self._workflows)
         self.poll_interval = seconds(poll_interval, what="poll_interval")
         self.lease = seconds(lease, what="lease")
         self.heartbeat = seconds(heartbeat, what="heartbeat") if heartbeat else self.lease / 3
@@ -186,43 +184,6 @@ class Worker:
         if existing is not None and existing is not s:
             raise InvalidInputError(f"two different steps are named {s.name!r}")
         self._steps[s.name] = s
-
-    def _check_served(self, given: Mapping[str, Step[Any, Any]]) -> None:
-        """Refuse what this worker could never claim; warn (once) about what it may not mean.
-
-        A queue in ``queues=`` that no step uses is allowed: jobs enqueued with ``queue=``
-        run there.
-        """
-        for step in given.values():
-            if step.queue not in self._queues:
-                raise InvalidInputError(
-                    f"step {step.name!r} runs on queue {step.queue!r}, which queues= leaves "
-                    f"out: add {_entries([step.queue])} to queues=, or leave queues= unset"
-                )
-        for wf in self._workflows.values():
-            used_queues = {s.queue for s in wf.steps()}
-            missing = sorted(used_queues - set(self._queues))
-            if missing and len(missing) == len(used_queues):
-                raise InvalidInputError(
-                    f"workflow {wf.name!r} runs on {_names('queue', missing)}, which queues= "
-                    f"leaves out: add {_entries(missing)} to queues=, or leave queues= unset"
-                )
-            if missing:
-                _warn_once(
-                    f"worker serves workflow {wf.name!r} but queues= leaves out its "
-                    f"{_names('queue', missing)}: those nodes wait for another worker with "
-                    f"workflows=[{wf.name}] that claims from them"
-                )
-        for wf in defined_workflows():
-            if wf.name in self._workflows:
-                continue
-            used = sorted({n.kind.name for n in wf.nodes if n.kind is not None} & set(given))
-            if used:
-                _warn_once(
-                    f"worker serves {_names('step', used)} but not workflow {wf.name!r}, "
-                    f"which uses {'it' if len(used) == 1 else 'them'}: its nodes wait for "
-                    f"a worker with workflows=[{wf.name}]"
-                )
 
     def __repr__(self) -> str:
         return f"<cyclone.Worker {self.id} queues={sorted(self._queues)}>"
@@ -407,19 +368,3 @@ class Worker:
         await maintenance.run_once(
             self._services, self.client.retention, worker_id=self.id, limit=limit
         )
-
-
-def _names(word: str, names: Sequence[str]) -> str:
-    """``queue 'mail'``, or ``queues 'mail', 'bulk'``."""
-    return f"{word}{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}"
-
-
-def _entries(queues: Sequence[str]) -> str:
-    """``"mail": N, "bulk": N``: what to add to ``queues=``."""
-    return ", ".join(f'"{q}": N' for q in queues)
-
-
-def _warn_once(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
-        logger.warning(message)
