@@ -1,4 +1,9 @@
-"""The client: Cyclone's handle on the application's asyncpg pool and schema."""
+"""The client: Cyclone's handle on the application's asyncpg pool and schema.
+
+A facade: it checks its settings, builds the services it is made of (``cyclone._services``:
+the database, the publisher, the notifier, the runs service) and gives each public method to
+the service that does it. Cyclone's other modules are handed those services explicitly.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import datetime as dt
 import logging
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -389,12 +394,5 @@ class Client:
             wait_for_schema=wait_for_schema, listens=self.notify and self.listen_dsn is None
         )
 
-    async def _purge(
-        self,
-        ages: list[tuple[RunState, dt.timedelta]],
-        batch: int,
-        *,
-        batches: int | None,
-        on_batch: Callable[[int], None] | None = None,
-    ) -> int:
-        return await self.services.runs.purge(ages, batch, batches=batches, on_batch=on_batch)
+    def _purge(self, *args: Any, **kwargs: Any) -> Awaitable[int]:
+        return self.services.runs.purge(*args, **kwargs)
