@@ -126,7 +126,7 @@ def target_for(client: Client | None, tx: object) -> Target:
     if "sqlalchemy" in sys.modules:
         from cyclone.integrations import sqlalchemy as glue
 
-        target = glue.async_target(client, services.publisher, tx)
+        target = glue.async_target(client, services.publisher.publish, tx)
         if target is not None:
             return target
     raise InvalidInputError(

@@ -13,17 +13,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from cyclone import _insert
+from cyclone._context import Context
 from cyclone._errors import InvalidInputError
 from cyclone._keys import validate_name
 from cyclone._options import EnqueueManyOptions, EnqueueOptions, validate_int, validate_queue
+from cyclone._run import ResultRun
+from cyclone._wakeups import Tx
 
 if TYPE_CHECKING:
     import datetime as dt
 
     from cyclone._client import Client
-    from cyclone._context import Context
-    from cyclone._run import ResultRun
-    from cyclone._wakeups import Tx
 
 In = TypeVar("In")
 Out = TypeVar("Out")

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 from cyclone import _codec, _transitions
 from cyclone import _queries as db
 from cyclone._attempt import describe_attempt
+from cyclone._runs import Retention
+from cyclone._services import Services
 
 if TYPE_CHECKING:
     from cyclone._client import Client
-    from cyclone._runs import Retention
-    from cyclone._services import Services
 
 logger = logging.getLogger("cyclone")
 

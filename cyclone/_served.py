@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cyclone._errors import InvalidInputError
-from cyclone._workflow import defined_workflows
-
-if TYPE_CHECKING:
-    from cyclone._kinds import Step
-    from cyclone._workflow import Workflow
+from cyclone._kinds import Step
+from cyclone._workflow import Workflow, defined_workflows
 
 logger = logging.getLogger("cyclone")
 

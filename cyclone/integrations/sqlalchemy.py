@@ -28,7 +28,6 @@ from cyclone._notifier import queue_payload
 from cyclone._targets import CallerTransaction, Producer
 
 if TYPE_CHECKING:
-    from cyclone._publisher import Publisher
     from cyclone._wakeups import Wakeups
 
 __all__ = ["AsyncSession", "async_target", "async_transaction", "sync_parts", "sync_transaction"]
@@ -128,14 +127,14 @@ async def _asyncpg_of(conn: AsyncConnection) -> asyncpg.Connection:
     return raw
 
 
-def async_target(producer: Producer, publisher: Publisher, tx: object) -> CallerTransaction | None:
+def async_target(producer: Producer, publish: Publish, tx: object) -> CallerTransaction | None:
     """The caller's transaction of an ``AsyncSession`` or ``AsyncConnection``; None for
     anything else."""
     if isinstance(tx, AsyncSession):
         session = tx
         _require_driver(session.sync_session.get_bind().dialect, "asyncpg", "session", _ASYNC_FIX)
         tracker = session_wakeups(session.sync_session)
-        tracker.publish = tracker.publish or publisher.publish
+        tracker.publish = tracker.publish or publish
 
         @contextlib.asynccontextmanager
         async def open_session() -> AsyncIterator[asyncpg.Connection]:
