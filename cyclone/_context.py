@@ -205,10 +205,10 @@ class Context:
         await self._completion.open()
         return self._completion.connection
 
+    # Internal, for cyclone.enqueue_completion and submit_completion (no docstring, so the
+    # reference leaves it out): the completion transaction as a tracked connection, whose
+    # wakeups go out once the completion commits.
     async def completion_tracked(self) -> Tx:
-        """The completion transaction as a tracked connection, whose wakeups go out after
-        the completion commits: what ``cyclone.enqueue_completion`` and
-        ``submit_completion`` write through (internal: call those)."""
         self._check("a completion enqueue")
         if self._completion is None:
             raise ContextError("this context has no completion transaction")
