@@ -100,7 +100,7 @@ class Client:
             raise InvalidInputError("listen_dsn must be a DSN (str), and needs notify=True")
         self.listen_dsn = listen_dsn
         self.observers = Observers()
-        database = Database(pool, self.queries)
+        database = Database(pool, self.queries, listens=self.notify and listen_dsn is None)
         publisher = Publisher(database, self.channel, coalesce=self.notify_coalesce)
         notifier = Notifier(pool, self.channel, listen_dsn=listen_dsn) if self.notify else None
         self.services = Services(
@@ -390,9 +390,7 @@ class Client:
         return self.services.notifier
 
     async def _wait_until_ready(self, *, wait_for_schema: bool) -> None:
-        await self.services.database.wait_until_ready(
-            wait_for_schema=wait_for_schema, listens=self.notify and self.listen_dsn is None
-        )
+        await self.services.database.wait_until_ready(wait_for_schema=wait_for_schema)
 
     def _purge(self, *args: Any, **kwargs: Any) -> Awaitable[int]:
         return self.services.runs.purge(*args, **kwargs)

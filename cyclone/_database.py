@@ -35,12 +35,14 @@ class Database:
     """The application's asyncpg pool and Cyclone's queries for one schema.
 
     ``acquire`` and ``borrow`` give connections; ``transaction`` opens Cyclone's own
-    transaction on one, at :data:`ISOLATION`.
+    transaction on one, at :data:`ISOLATION`. ``listens``: this process LISTENs through the
+    pool (``notify`` without a ``listen_dsn``), which the pooler check takes into account.
     """
 
-    def __init__(self, pool: asyncpg.Pool, queries: Queries) -> None:
+    def __init__(self, pool: asyncpg.Pool, queries: Queries, *, listens: bool) -> None:
         self.pool = pool
         self.queries = queries
+        self.listens = listens  # this process LISTENs through the pool
         self._spare: PooledConnection | None = None
         self._releases: set[asyncio.Task[None]] = set()
 
@@ -141,11 +143,11 @@ class Database:
             await _schema.check(conn, self.queries)
         await _pooler.check(self.pool, self.queries, listens=False)
 
-    async def wait_until_ready(self, *, wait_for_schema: bool, listens: bool) -> None:
+    async def wait_until_ready(self, *, wait_for_schema: bool) -> None:
         """Wait until the database answers (and, with ``wait_for_schema``, is migrated), then
         check the pool's route to it: what a worker does before it starts."""
         if self.pool.is_closing():
             raise InvalidStateError("the client's asyncpg pool is closed")
         await _schema.wait_until_ready(
-            self.pool, self.queries, wait_for_schema=wait_for_schema, listens=listens
+            self.pool, self.queries, wait_for_schema=wait_for_schema, listens=self.listens
         )

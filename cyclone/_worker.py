@@ -194,11 +194,8 @@ class Worker:
         """Start claiming in the running event loop."""
         if self._started:
             raise RuntimeError("this worker was started already")
-        database, client = self._services.database, self.client
-        await database.wait_until_ready(
-            wait_for_schema=self.wait_for_schema,
-            listens=client.notify and client.listen_dsn is None,  # LISTENs through the pool
-        )
+        database = self._services.database
+        await database.wait_until_ready(wait_for_schema=self.wait_for_schema)
         async with database.acquire() as conn:  # visible in stats once start() returns
             await self._present(conn)
         await self._scheduler.start()  # schedules: declare, then arm the timer
