@@ -9,7 +9,7 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar, Unpack, overload
 
-from cyclone._client import Client, Retention
+from cyclone._client import Client
 from cyclone._context import Context, Snooze
 from cyclone._errors import (
     ConflictError,
@@ -64,6 +64,7 @@ from cyclone._run import (
     UnservedWork,
     WorkerInfo,
 )
+from cyclone._runs import Retention
 from cyclone._scheduler import ScheduleInfo, Schedules
 from cyclone._schedules import (
     Schedule,
@@ -234,7 +235,7 @@ async def enqueue_completion(
     The job exists only if this step's completion commits. ``client`` may be a producer-only
     client that declares ``kind`` with ``register_kind``; the row goes to the worker's database.
     """
-    tx = await ctx._completion_tracked()
+    tx = await ctx.completion_tracked()
     return await kind.enqueue_tx(client, tx, input, **options)
 
 
@@ -265,7 +266,7 @@ async def submit_completion(
 
     A :class:`ResultWorkflow` gives a :class:`ResultRun`.
     """
-    tx = await ctx._completion_tracked()
+    tx = await ctx.completion_tracked()
     return await workflow.submit_tx(client, tx, input, **options)
 
 

@@ -19,10 +19,9 @@ before they must hold back their claims.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +37,10 @@ from cyclone._attempt import (
     Retry,
     lost_completion,
 )
+from cyclone._database import Database
 from cyclone._errors import InvalidStateError
 from cyclone._notifier import queue_payload
-from cyclone._sql import Queries
+from cyclone._publisher import Publisher
 from cyclone._transitions import Effects
 
 logger = logging.getLogger("cyclone")
@@ -48,7 +48,6 @@ logger = logging.getLogger("cyclone")
 _BACKOFF_CAP = 2.0  # seconds between tries of a write while the database is unreachable
 _LOG_EVERY = 10  # tries of one write between two warnings about it
 _WRITERS = 3  # batches written at once, each on its own connection
-_releasing: set[asyncio.Task[None]] = set()  # connections being given back to the pool
 
 
 Accepted = set[tuple[int, int]]
@@ -71,17 +70,16 @@ class Completer:
 
     def __init__(
         self,
-        pool: Any,
-        queries: Queries,
-        publish: Callable[[list[str]], None],
+        database: Database,
+        publisher: Publisher,
         *,
         bound: int,
         on_written: Callable[[], None] = lambda: None,
         batch_size: int = 200,
     ) -> None:
-        self._pool = pool
-        self._q = queries
-        self._publish = publish
+        self._database = database
+        self._q = database.queries
+        self._publish = publisher.publish
         self._bound = bound
         self._on_written = on_written
         self._batch_size = batch_size
@@ -190,9 +188,9 @@ class Completer:
         while True:
             tries += 1
             try:
-                async with pooled(self._pool) as conn:
+                async with self._database.borrow() as conn:
                     if tx:
-                        async with conn.transaction():
+                        async with self._database.transaction(conn):
                             accepted, effects = await write(conn, outcomes)
                     else:  # one statement, its own transaction
                         accepted, effects = await write(conn, outcomes)
@@ -215,7 +213,7 @@ class Completer:
         self, outcomes: list[Outcome], exc: BaseException, tries: int
     ) -> None:
         loop = asyncio.get_running_loop()
-        if self._pool.is_closing():
+        if self._database.pool.is_closing():
             raise InvalidStateError("the client's asyncpg pool was closed before the worker")
         if self._give_up_at is not None and loop.time() >= self._give_up_at:
             raise exc
@@ -319,7 +317,7 @@ class Completer:
         tries = 1
         while True:
             try:
-                async with pooled(self._pool) as conn:
+                async with self._database.borrow() as conn:
                     found = await self._confirm_completed(conn, [outcome], Effects())
                 return outcome.claimed.key in found
             except db.RETRYABLE_ERRORS as exc:
@@ -397,37 +395,6 @@ class Completer:
         found = [o.claimed for o in unsure if (o.claimed.run_id, o.claimed.node) in done]
         effects.ended.update(c.run_id for c in found)
         return {c.key for c in found}
-
-
-@contextlib.asynccontextmanager
-async def pooled(pool: Any) -> AsyncIterator[db.Conn]:
-    """A pooled connection that goes back to the pool in the background after the block.
-
-    The pool resets a connection when it takes it back, a round trip that the hot paths
-    (claims, outcome writes) need not wait for. After an error, it goes back at once.
-    """
-    if pool.is_closing():
-        raise InvalidStateError("the client's asyncpg pool is closed")
-    conn = await pool.acquire()
-    try:
-        yield conn
-    except BaseException:
-        await asyncio.shield(pool.release(conn))
-        raise
-    task = asyncio.get_running_loop().create_task(pool.release(conn))
-    _releasing.add(task)
-    task.add_done_callback(_released)
-
-
-def _released(task: asyncio.Task[None]) -> None:
-    _releasing.discard(task)
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        logger.warning(
-            "the pool could not reset a connection it took back (%s: %s); it closes it and "
-            "opens another",
-            type(exc).__name__,
-            exc,
-        )
 
 
 def _completion_columns(

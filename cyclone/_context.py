@@ -12,6 +12,7 @@ import msgspec
 
 from cyclone import _codec
 from cyclone import _queries as db
+from cyclone._database import Database
 from cyclone._errors import ContextError, UnknownNodeError
 from cyclone._recorder import TxRecorder
 from cyclone._wakeups import TrackedConnection, Tx, Wakeups
@@ -41,8 +42,8 @@ class CompletionTx:
     completion, or rolls it back with everything in it.
     """
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
+    def __init__(self, database: Database) -> None:
+        self._database = database
         self._conn: asyncpg.pool.PoolConnectionProxy | None = None
         self._tx: Any = None
         self.wakeups = Wakeups()
@@ -58,12 +59,12 @@ class CompletionTx:
     async def open(self) -> TrackedConnection:
         """Acquire a pooled connection and begin the transaction (once)."""
         if self.tracked is None:
-            conn = await self._pool.acquire()
+            conn = await self._database.acquire()
             try:
-                tx = conn.transaction()
+                tx = self._database.transaction(conn)  # Cyclone's own: at READ COMMITTED
                 await tx.start()
             except BaseException:
-                await self._pool.release(conn)
+                await self._database.pool.release(conn)
                 raise
             self._conn, self._tx = conn, tx
             self.tracked = TrackedConnection(conn, self.wakeups)
@@ -110,7 +111,7 @@ class CompletionTx:
             return
         try:
             # Releasing a detached proxy (its connection lost) does nothing.
-            await asyncio.shield(self._pool.release(conn))
+            await asyncio.shield(self._database.pool.release(conn))
         except db.DATABASE_ERRORS as exc:
             # The pool could not reset the connection; it has closed it and opens another.
             logger.warning(
@@ -119,6 +120,32 @@ class CompletionTx:
                 type(exc).__name__,
                 exc,
             )
+
+
+class HandlerScope:
+    """Where a handler's context may be used: from the handler's own task (once bound),
+    until the handler returns (closed). The executor holds it; the context checks it."""
+
+    __slots__ = ("closed", "task")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Any] | None = None
+        self.closed = False
+
+    def bind(self) -> None:
+        """The current task is the handler's."""
+        self.task = asyncio.current_task()
+
+    def close(self) -> None:
+        """The handler returned."""
+        self.closed = True
+
+    def check(self, what: str) -> None:
+        """Raise :class:`ContextError` for ``what`` done out of the handler's scope."""
+        if self.closed:
+            raise ContextError(f"{what} after the handler returned")
+        if self.task is not None and asyncio.current_task() is not self.task:
+            raise ContextError(f"{what} from a task other than the handler's own")
 
 
 class Context:
@@ -141,6 +168,7 @@ class Context:
         outputs: dict[str, Any] | None = None,
         output_types: dict[str, Any] | None = None,
         completion: CompletionTx | TxRecorder | None = None,
+        scope: HandlerScope | None = None,
     ) -> None:
         self.client = client
         self.run_id = run_id
@@ -152,23 +180,13 @@ class Context:
         self._outputs = outputs or {}
         self._output_types = output_types or {}
         self._completion = completion
-        self._task: asyncio.Task[Any] | None = None
-        self._closed = False
+        self._scope = scope or HandlerScope()
 
     def __repr__(self) -> str:
         return f"<cyclone.Context run={self.run_id} node={self.node!r} attempt={self.attempt}>"
 
-    def _bind(self) -> None:
-        self._task = asyncio.current_task()
-
-    def _close(self) -> None:
-        self._closed = True
-
     def _check(self, what: str) -> None:
-        if self._closed:
-            raise ContextError(f"{what} after the handler returned")
-        if self._task is not None and asyncio.current_task() is not self._task:
-            raise ContextError(f"{what} from a task other than the handler's own")
+        self._scope.check(what)
 
     async def completion_tx(self) -> asyncpg.pool.PoolConnectionProxy:
         """The completion transaction: a pooled asyncpg connection inside a transaction.
@@ -187,7 +205,10 @@ class Context:
         await self._completion.open()
         return self._completion.connection
 
-    async def _completion_tracked(self) -> Tx:
+    # Internal, for cyclone.enqueue_completion and submit_completion (no docstring, so the
+    # reference leaves it out): the completion transaction as a tracked connection, whose
+    # wakeups go out once the completion commits.
+    async def completion_tracked(self) -> Tx:
         self._check("a completion enqueue")
         if self._completion is None:
             raise ContextError("this context has no completion transaction")

@@ -40,7 +40,8 @@ from cyclone._attempt import (
     error_type,
     lost_completion,
 )
-from cyclone._context import CompletionTx, Context, Snooze
+from cyclone._context import CompletionTx, Context, HandlerScope, Snooze
+from cyclone._database import Database
 from cyclone._errors import InvalidInputError
 from cyclone._kinds import Step
 from cyclone._leases import LeaseKeeper
@@ -66,10 +67,12 @@ class Executor:
         steps: Mapping[str, Step[Any, Any]],
         workflows: Mapping[str, Workflow[Any]],
         *,
+        database: Database,
         backoff: Callable[[int], float],
         leases: LeaseKeeper,
     ) -> None:
-        self._client = client
+        self._client = client  # the handlers' ``ctx.client``
+        self._database = database
         self._steps = steps
         self._workflows = workflows
         # Each node's output type, per workflow: built once here, read by every handler run.
@@ -81,15 +84,16 @@ class Executor:
         """Run one attempt; its outcome. Raises only ``CancelledError`` from outside (a task
         cancelled by neither shutdown nor the lease keeper)."""
         step = self._steps[claimed.kind]
-        completion = CompletionTx(self._client.pool)
+        completion = CompletionTx(self._database)
+        scope = HandlerScope()
         try:
-            ctx, make_input = self._decode(claimed, step, completion)
+            ctx, make_input = self._decode(claimed, step, completion, scope)
         except msgspec.DecodeError as exc:  # ValidationError included
             self._leases.finishing(claimed)
             return self._poisoned(claimed, exc)
         try:
             with self._span(claimed):
-                ctx._bind()
+                scope.bind()
                 try:
                     value = make_input()
                     if step.timeout is None:
@@ -98,7 +102,7 @@ class Executor:
                         async with asyncio.timeout(step.timeout):
                             result = await step.handler(ctx, value)
                 finally:
-                    ctx._close()
+                    scope.close()
                     # What is left is writing the outcome, which the lease keeper and
                     # hurry() must not cancel (the write itself may delete the task).
                     self._leases.finishing(claimed)
@@ -158,7 +162,11 @@ class Executor:
         return Failed(claimed, record, error, what, reason="no attempt can decode its input")
 
     def _decode(
-        self, claimed: Claimed, step: Step[Any, Any], completion: CompletionTx
+        self,
+        claimed: Claimed,
+        step: Step[Any, Any],
+        completion: CompletionTx,
+        scope: HandlerScope,
     ) -> tuple[Context, Callable[[], Any]]:
         """The handler's context, and a function giving its argument: the decoded input, or
         what the node's input function makes of the workflow input and dependency outputs
@@ -183,6 +191,7 @@ class Executor:
             outputs=outputs,
             output_types=output_types,
             completion=completion,
+            scope=scope,
         )
         if node is not None and node.input_fn is not None:
             assert workflow is not None and output_types is not None

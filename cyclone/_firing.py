@@ -18,10 +18,12 @@ from zoneinfo import ZoneInfo
 
 from cyclone import _codec
 from cyclone import _queries as db
+from cyclone._database import ISOLATION
 from cyclone._errors import SubmitConflictError
-from cyclone._insert import uuid7_many
 from cyclone._kinds import Kind
 from cyclone._schedules import Schedule, Timing, plan, slot_key, trigger_key
+from cyclone._targets import uuid7_many
+from cyclone._wakeups import track_wakeups
 
 if TYPE_CHECKING:
     from cyclone._client import Client
@@ -59,13 +61,17 @@ class Firing:
         ``now`` (tests) stands for the database's clock. Returns the schedules claimed.
         """
         q = self.client.queries
-        async with self.client._acquire() as conn, self.client.transaction(conn) as ttx:
-            rows = await db.schedule_claim_due(
-                ttx.connection, q, sorted(self.declared), self.targets, now, _CLAIM_LIMIT
-            )
-            fired: list[tuple[str, float]] = []
-            for row in rows:
-                fired.extend(await self._fire(ttx, row))
+        services = self.client.services
+        async with services.database.acquire() as conn:
+            ttx, wakeups = track_wakeups(conn)
+            async with ttx.transaction(isolation=ISOLATION):
+                rows = await db.schedule_claim_due(
+                    ttx.connection, q, sorted(self.declared), self.targets, now, _CLAIM_LIMIT
+                )
+                fired: list[tuple[str, float]] = []
+                for row in rows:
+                    fired.extend(await self._fire(ttx, row))
+            await services.publisher.committed(wakeups, conn)
         for name, lag in fired:
             self.client.observers.schedule_fired(name, lag)
         return len(rows)

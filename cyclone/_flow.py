@@ -13,16 +13,14 @@ import builtins
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cyclone import _queries as db
+from cyclone._database import Database
 from cyclone._errors import InvalidLimitError, UnknownQueueError
 from cyclone._keys import validate_name
-from cyclone._notifier import queue_payload
 from cyclone._options import validate_queue
-
-if TYPE_CHECKING:
-    from cyclone._client import Client
+from cyclone._publisher import Publisher
 
 _INT32 = 2**31 - 1
 
@@ -128,8 +126,9 @@ class Queues:
     before its workers start.
     """
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self, database: Database, publisher: Publisher) -> None:
+        self._database = database
+        self._publisher = publisher
 
     async def pause(self, queue: str, *, create: bool = False) -> bool:
         """Stop every worker claiming from ``queue`` (within one poll interval); running
@@ -194,15 +193,15 @@ class Queues:
                 raise InvalidLimitError(
                     f"kind {name!r}: expected a KindLimits, got {kind_limits!r}"
                 )
-        client = self._client
-        async with client._acquire() as conn, conn.transaction():
+        queries = self._database.queries
+        async with self._database.transact() as conn:
             for name in sorted(queues):
                 if not create:
                     await self._check_known(conn, name)
                 q = queues[name]
                 await db.queue_limits_set(
                     conn,
-                    client.queries,
+                    queries,
                     name,
                     q.concurrency,
                     q.rate,
@@ -213,41 +212,40 @@ class Queues:
                 )
             for name in sorted(kinds):
                 k = kinds[name]
-                await db.kind_limits_set(conn, client.queries, name, k.concurrency, k.rate, k.per)
+                await db.kind_limits_set(conn, queries, name, k.concurrency, k.rate, k.per)
         # A raised limit may let waiting work start: wake the queues' workers.
-        client._publish([queue_payload(name) for name in sorted(queues)])
+        self._publisher.wake(queues)
 
     async def get(self, queue: str) -> QueueSettings:
         """``queue``'s flow control (not paused and no limits if none was ever set)."""
-        async with self._client._acquire() as conn:
-            rows = await db.queue_list(conn, self._client.queries, validate_queue(queue))
+        async with self._database.acquire() as conn:
+            rows = await db.queue_list(conn, self._database.queries, validate_queue(queue))
         return _settings(rows[0]) if rows else QueueSettings(queue, False, QueueLimits())
 
     async def list(self) -> builtins.list[QueueSettings]:
         """Every queue that is paused or limited, by name."""
-        async with self._client._acquire() as conn:
-            rows = await db.queue_list(conn, self._client.queries, None)
+        async with self._database.acquire() as conn:
+            rows = await db.queue_list(conn, self._database.queries, None)
         return [_settings(r) for r in rows]
 
     async def kind_limits(self) -> dict[str, KindLimits]:
         """Every kind with a limit."""
-        async with self._client._acquire() as conn:
-            rows = await db.kind_limits_list(conn, self._client.queries)
+        async with self._database.acquire() as conn:
+            rows = await db.kind_limits_list(conn, self._database.queries)
         return {r["kind"]: KindLimits(r["concurrency"], r["rate"], r["per"]) for r in rows}
 
     async def _set_paused(self, queue: str, paused: bool, *, create: bool) -> bool:
         validate_queue(queue)
-        client = self._client
-        async with client._acquire() as conn, conn.transaction():
+        async with self._database.transact() as conn:
             if not create:
                 await self._check_known(conn, queue)
-            was = await db.queue_pause_set(conn, client.queries, queue, paused)
+            was = await db.queue_pause_set(conn, self._database.queries, queue, paused)
         if not paused:  # after the commit: the woken workers must see the resumed row
-            client._publish([queue_payload(queue)])
+            self._publisher.wake([queue])
         return was != paused
 
     async def _check_known(self, conn: db.Conn, queue: str) -> None:
-        if not await db.queue_known(conn, self._client.queries, queue):
+        if not await db.queue_known(conn, self._database.queries, queue):
             raise UnknownQueueError(queue)
 
 

@@ -12,17 +12,18 @@ import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
+from cyclone import _insert
+from cyclone._context import Context
 from cyclone._errors import InvalidInputError
 from cyclone._keys import validate_name
 from cyclone._options import EnqueueManyOptions, EnqueueOptions, validate_int, validate_queue
+from cyclone._run import ResultRun
+from cyclone._wakeups import Tx
 
 if TYPE_CHECKING:
     import datetime as dt
 
     from cyclone._client import Client
-    from cyclone._context import Context
-    from cyclone._run import ResultRun
-    from cyclone._wakeups import Tx
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -64,8 +65,6 @@ class Kind(Generic[In_contra, Out_co]):
         self, client: Client, input: In_contra, **options: Unpack[EnqueueOptions]
     ) -> ResultRun[Out_co]:
         """Enqueue one job in its own transaction and wake workers after the commit."""
-        from cyclone import _insert
-
         runs = await _insert.enqueue(client, None, self, [input], options)
         return runs[0]
 
@@ -73,8 +72,6 @@ class Kind(Generic[In_contra, Out_co]):
         self, client: Client, tx: Tx, input: In_contra, **options: Unpack[EnqueueOptions]
     ) -> ResultRun[Out_co]:
         """Enqueue one job in the caller's open transaction ``tx``; never commits it."""
-        from cyclone import _insert
-
         runs = await _insert.enqueue(client, tx, self, [input], options)
         return runs[0]
 
@@ -82,8 +79,6 @@ class Kind(Generic[In_contra, Out_co]):
         self, client: Client, inputs: Sequence[In_contra], **options: Unpack[EnqueueManyOptions]
     ) -> list[ResultRun[Out_co]]:
         """Enqueue many jobs in one round trip; handles come in the order of ``inputs``."""
-        from cyclone import _insert
-
         return await _insert.enqueue(client, None, self, list(inputs), options)
 
     async def enqueue_many_tx(
@@ -94,8 +89,6 @@ class Kind(Generic[In_contra, Out_co]):
         **options: Unpack[EnqueueManyOptions],
     ) -> list[ResultRun[Out_co]]:
         """``enqueue_many`` in the caller's open transaction ``tx``."""
-        from cyclone import _insert
-
         return await _insert.enqueue(client, tx, self, list(inputs), options)
 
 

@@ -13,13 +13,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cyclone import _queries as db
 from cyclone._attempt import Claimed
-
-if TYPE_CHECKING:
-    from cyclone._client import Client
+from cyclone._database import Database
 
 logger = logging.getLogger("cyclone")
 
@@ -37,14 +34,14 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        client: Client,
+        database: Database,
         *,
         worker_id: str,
         lease: float,
         interval: float,
         present: Callable[[db.Conn], Awaitable[None]],
     ) -> None:
-        self._client = client
+        self._database = database
         self._worker_id = worker_id
         self._lease = lease
         self._interval = interval
@@ -106,8 +103,8 @@ class LeaseKeeper:
     async def beat(self) -> None:
         """Record this worker as live, renew its leases, and stop handlers that lost theirs."""
         held = list(self._held.values())
-        q = self._client.queries
-        async with self._client._acquire() as conn:
+        q = self._database.queries
+        async with self._database.acquire() as conn:
             await self._present(conn)
             if not held:
                 return
@@ -129,7 +126,7 @@ class LeaseKeeper:
                 h.task.cancel()
                 lost.append(h.claimed)
         for claimed in lost:  # rare: worth a read to say why
-            async with self._client._acquire() as conn:
+            async with self._database.acquire() as conn:
                 state = await db.run_status(conn, q, claimed.run_id)
             _log_lost(claimed, state)
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from cyclone import _codec, _transitions
 from cyclone import _queries as db
 from cyclone._attempt import describe_attempt
+from cyclone._runs import Retention
+from cyclone._services import Services
 
 if TYPE_CHECKING:
     from cyclone._client import Client
@@ -25,25 +27,27 @@ logger = logging.getLogger("cyclone")
 _PURGE_BATCHES_PER_PASS = 10
 
 
-async def run_once(client: Client, *, worker_id: str, limit: int = 100) -> None:
-    """One maintenance pass for ``client``'s schema."""
+async def run_once(
+    services: Services, retention: Retention | None, *, worker_id: str, limit: int = 100
+) -> None:
+    """One maintenance pass for the schema of ``services``; with a ``retention``, purge."""
     log = {"worker": worker_id}
     effects = _transitions.Effects()
     try:
-        async with client._acquire() as conn:
-            await _expire(client, conn, effects, limit=limit, log=log)
+        async with services.database.acquire() as conn:
+            await _expire(services, conn, effects, limit=limit, log=log)
     finally:  # what committed is announced even if a later step of the pass failed
-        client._publish(effects.payloads())
-    if client.retention is not None:
-        purged = await client._purge(
-            client.retention.ages(), client.retention.batch, batches=_PURGE_BATCHES_PER_PASS
+        services.publisher.publish(effects.payloads())
+    if retention is not None:
+        purged = await services.runs.purge(
+            retention.ages(), retention.batch, batches=_PURGE_BATCHES_PER_PASS
         )
         if purged:
             logger.info("worker %s: retention purged %d runs", worker_id, purged, extra=log)
 
 
 async def _expire(
-    client: Client,
+    services: Services,
     conn: db.Conn,
     effects: _transitions.Effects,
     *,
@@ -52,10 +56,10 @@ async def _expire(
 ) -> None:
     """Reclaim expired leases and fail what is overdue; gather what to announce in
     ``effects`` as each transaction commits."""
-    q = client.queries
+    q = services.database.queries
     reclaimed = await db.task_reclaim(conn, q, limit)
     if reclaimed:
-        client.observers.reclaimed(len(reclaimed))
+        services.observers.reclaimed(len(reclaimed))
     for row in reclaimed:
         if row["queue"] is not None:  # None: parked, its run having failed
             effects.queues.add(row["queue"])
@@ -74,7 +78,7 @@ async def _expire(
                 "message": f"the lease expired: worker {row['worker']} stopped renewing it",
             }
         )
-        async with conn.transaction():
+        async with services.database.transaction(conn):
             owned, more = await _transitions.fail_node_or_job(
                 conn,
                 q,
@@ -95,35 +99,36 @@ async def _expire(
             row["worker"],
             extra={**_fields(row), **log},
         )
-    await _expire_overdue(client, conn, effects, limit=limit, log=log)
+    await _expire_overdue(services, conn, effects, limit=limit, log=log)
 
 
 async def expire_overdue(client: Client, *, worker_id: str, limit: int = 100) -> None:
     """Fail the runs past their deadline and the wait nodes past their timeout, now: the
     scheduler's timer calls this when the first of them is due, between maintenance passes."""
+    services = client.services
     effects = _transitions.Effects()
     log = {"worker": worker_id}
     try:
-        async with client._acquire() as conn:
-            await _expire_overdue(client, conn, effects, limit=limit, log=log)
+        async with services.database.acquire() as conn:
+            await _expire_overdue(services, conn, effects, limit=limit, log=log)
     finally:
-        client._publish(effects.payloads())
+        services.publisher.publish(effects.payloads())
 
 
 async def _expire_overdue(
-    client: Client,
+    services: Services,
     conn: db.Conn,
     effects: _transitions.Effects,
     *,
     limit: int,
     log: dict[str, str],
 ) -> None:
-    q = client.queries
+    q = services.database.queries
     for row in await db.run_deadline_due(conn, q, limit):
         error = _codec.encode_plain(
             {"type": "DeadlineExceeded", "message": "the run passed its deadline"}
         )
-        async with conn.transaction():
+        async with services.database.transaction(conn):
             ended = await _transitions.expire_deadline(conn, q, row["id"], error, job=row["job"])
         effects.merge(ended)
         if ended.ended:
@@ -136,7 +141,7 @@ async def _expire_overdue(
         error = _codec.encode_plain(
             {"type": "WaitTimeout", "message": f"wait node {row['node']!r} timed out"}
         )
-        async with conn.transaction():
+        async with services.database.transaction(conn):
             ended = await _transitions.expire_wait(conn, q, row["run_id"], row["node"], error)
         effects.merge(ended)
         if ended.ended:

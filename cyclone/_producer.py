@@ -20,16 +20,14 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from cyclone import _queries as db
 from cyclone._attempt import Claimed, Completed, ConnectionLost, Lost, Outcome
 from cyclone._completer import Completer
+from cyclone._database import Database
 from cyclone._executor import Executor
 from cyclone._leases import LeaseKeeper
-
-if TYPE_CHECKING:
-    from cyclone._client import Client
+from cyclone._observe import Observers
 
 logger = logging.getLogger("cyclone")
 
@@ -43,7 +41,8 @@ class Producer:
 
     def __init__(
         self,
-        client: Client,
+        database: Database,
+        observers: Observers,
         name: str,
         limit: int,
         *,
@@ -57,7 +56,8 @@ class Producer:
         completer: Completer,
         leases: LeaseKeeper,
     ) -> None:
-        self._client = client
+        self._database = database
+        self._observers = observers
         self.name = name
         self.limit = limit
         self._worker_id = worker_id
@@ -157,10 +157,10 @@ class Producer:
 
     async def _claim_and_start(self, limit: int) -> None:
         started = time.perf_counter()
-        async with self._client._borrow() as conn:  # its reset is not waited for
+        async with self._database.borrow() as conn:  # its reset is not waited for
             rows = await db.task_claim(
                 conn,
-                self._client.queries,
+                self._database.queries,
                 self.name,
                 self._kinds,
                 limit,
@@ -188,7 +188,7 @@ class Producer:
                 self._running += 1
                 task = loop.create_task(self._attempt(claimed), name=f"cyclone-task-{claimed.id}")
                 self._leases.hold(claimed, task)
-        self._client.observers.claimed(self.name, len(rows), time.perf_counter() - started)
+        self._observers.claimed(self.name, len(rows), time.perf_counter() - started)
         self._last_claim_full = len(rows) == limit
         self._held, self._retry_in = rows.held, rows.retry_in  # flow control
 
@@ -237,7 +237,8 @@ class Producer:
         slot.free()
         return outcome, await verdict
 
-    def _freed(self) -> None:
+    def freed(self) -> None:
+        """One of this queue's attempts ended: its slot is free (via its :class:`_Slot`)."""
         self._running -= 1
         if self._last_claim_full or self._held or self._stopping:
             self._wake.set()  # held by a limit: a slot this worker held is free now
@@ -253,5 +254,5 @@ class _Slot:
 
     def free(self) -> None:
         if self._producer is not None:
-            self._producer._freed()
+            self._producer.freed()
             self._producer = None

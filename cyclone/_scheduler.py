@@ -80,9 +80,10 @@ class Scheduler:
     async def start(self) -> None:
         """Upsert the declared schedules, then start the timer in the running loop."""
         await self.declare()
-        if self.client.notify:
-            self._unsubscribe = self.client._notifier.subscribe_queues(self._on_wakeup)
-            self.client._notifier.acquire()
+        notifier = self.client.services.notifier
+        if notifier is not None:
+            self._unsubscribe = notifier.subscribe_queues(self._on_wakeup)
+            notifier.acquire()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="cyclone-timer")
 
     async def stop(self) -> None:
@@ -95,7 +96,8 @@ class Scheduler:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-            await self.client._notifier.release()
+            assert self.client.services.notifier is not None  # subscribed through it
+            await self.client.services.notifier.release()
 
     def wake(self) -> None:
         """Re-read when the timer is due now (a schedule changed)."""
@@ -111,7 +113,7 @@ class Scheduler:
             return
         now = dt.datetime.now(dt.UTC)
         rows = [_declared_row(s, now) for s in self.declared.values()]
-        async with self.client._acquire() as conn:
+        async with self.client.services.database.acquire() as conn:
             await db.schedule_declare_many(conn, self.client.queries, self.lease, rows)
 
     async def _run(self) -> None:
@@ -121,7 +123,7 @@ class Scheduler:
             delay = self.poll
             try:
                 if self.declared and time.monotonic() - refreshed >= self.lease / 3:
-                    async with self.client._acquire() as conn:
+                    async with self.client.services.database.acquire() as conn:
                         await db.schedule_refresh(
                             conn, self.client.queries, self.lease, sorted(self.declared)
                         )
@@ -145,7 +147,7 @@ class Scheduler:
 
     async def _step(self) -> float:
         """Fire what is due now; return how long to sleep before looking again."""
-        async with self.client._acquire() as conn:
+        async with self.client.services.database.acquire() as conn:
             due = await db.schedule_next_due(
                 conn, self.client.queries, sorted(self.declared), self._firing.targets, None
             )
@@ -251,13 +253,13 @@ class Schedules:
 
     async def list(self) -> builtins.list[ScheduleInfo]:
         """Every stored schedule, by name."""
-        async with self._client._acquire() as conn:
+        async with self._client.services.database.acquire() as conn:
             rows = await db.schedule_list(conn, self._client.queries, None)
         return [_info(r) for r in rows]
 
     async def get(self, name: str) -> ScheduleInfo:
         """The schedule ``name``; :class:`ScheduleNotFoundError` if there is none."""
-        async with self._client._acquire() as conn:
+        async with self._client.services.database.acquire() as conn:
             rows = await db.schedule_list(conn, self._client.queries, validate_name(name))
         if not rows:
             raise ScheduleNotFoundError(name)
@@ -277,25 +279,25 @@ class Schedules:
         key (``schedule:<name>:trigger:<time>``). A worker that fires the schedule makes the
         run within moments; a second trigger before that makes no second run."""
         validate_name(name)
-        async with self._client._acquire() as conn:
+        async with self._client.services.database.acquire() as conn:
             at = await db.schedule_trigger(conn, self._client.queries, name)
         if at is None:
             raise ScheduleNotFoundError(name)
-        self._client._publish([queue_payload(SCHEDULES_WAKEUP)])
+        self._client.services.publisher.publish([queue_payload(SCHEDULES_WAKEUP)])
         return trigger_key(name, at)
 
     async def create(self, schedule: Schedule[Any]) -> ScheduleInfo:
         """Store a dynamic schedule, kept until :meth:`delete`; workers that serve its target
         fire it. Its input must be a value (it is stored), not a function."""
         row = _dynamic_row(schedule)
-        async with self._client._acquire() as conn:
+        async with self._client.services.database.acquire() as conn:
             created = await db.schedule_create(conn, self._client.queries, schedule.name, *row)
         if not created:
             raise InvalidStateError(
                 f"a schedule named {schedule.name!r} exists already: update() changes a "
                 "dynamic one, delete() removes it"
             )
-        self._client._publish([queue_payload(SCHEDULES_WAKEUP)])
+        self._client.services.publisher.publish([queue_payload(SCHEDULES_WAKEUP)])
         return await self.get(schedule.name)
 
     async def update(self, schedule: Schedule[Any]) -> ScheduleInfo:
@@ -332,12 +334,12 @@ class Schedules:
 
     async def _change(self, name: str, change: Any) -> None:
         validate_name(name)
-        async with self._client._acquire() as conn, conn.transaction():
+        async with self._client.services.database.transact() as conn:
             row = await db.schedule_lock(conn, self._client.queries, name)
             if row is None:
                 raise ScheduleNotFoundError(name)
             await change(conn, row)
-        self._client._publish([queue_payload(SCHEDULES_WAKEUP)])
+        self._client.services.publisher.publish([queue_payload(SCHEDULES_WAKEUP)])
 
 
 def _dynamic_row(schedule: Schedule[Any]) -> tuple[Any, ...]:

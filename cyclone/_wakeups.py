@@ -83,10 +83,12 @@ class WakeupFrames:
         else:
             self._wakeups.add(queue)
 
-    def _push(self) -> None:
+    def open_frame(self) -> None:
+        """A transaction block began: record into a frame of its own."""
         self._frames.append(set())
 
-    def _pop(self, *, keep: bool) -> None:
+    def close_frame(self, *, keep: bool) -> None:
+        """The innermost block ended: keep its wakeups (committed) or drop them."""
         frame = self._frames.pop()
         if keep:
             for queue in frame:
@@ -136,7 +138,7 @@ class TrackedTransaction:
     async def start(self) -> None:
         """Begin the transaction (a savepoint when one is already open)."""
         await self._tx.start()
-        self._owner._push()
+        self._owner.open_frame()
         self._open = True
 
     async def commit(self) -> None:
@@ -146,15 +148,15 @@ class TrackedTransaction:
         try:
             await self._tx.commit()
         except BaseException:
-            self._owner._pop(keep=False)
+            self._owner.close_frame(keep=False)
             raise
-        self._owner._pop(keep=True)
+        self._owner.close_frame(keep=True)
 
     async def rollback(self) -> None:
         """Roll back and discard the block's wakeups."""
         self._require_open()
         self._open = False
-        self._owner._pop(keep=False)
+        self._owner.close_frame(keep=False)
         await self._tx.rollback()
 
     def _require_open(self) -> None:
@@ -192,7 +194,7 @@ def track_wakeups(conn: Any) -> tuple[Any, Wakeups]:
     if not isinstance(conn, AnyConnection | TrackedConnection) and "sqlalchemy" in sys.modules:
         from cyclone.integrations.sqlalchemy import track_session
 
-        return conn, track_session(conn)
+        return conn, track_session(conn, Wakeups())
     if isinstance(conn, TrackedConnection):
         conn = conn.connection
     wakeups = Wakeups()
@@ -246,7 +248,7 @@ class SyncTrackedTransaction:
 
     def __enter__(self) -> SyncTrackedTransaction:
         self._tx.__enter__()
-        self._owner._push()
+        self._owner.open_frame()
         return self
 
     def __exit__(
@@ -258,7 +260,7 @@ class SyncTrackedTransaction:
         try:
             suppressed = bool(self._tx.__exit__(exc_type, exc, tb))
         except BaseException:
-            self._owner._pop(keep=False)
+            self._owner.close_frame(keep=False)
             raise
-        self._owner._pop(keep=exc_type is None)
+        self._owner.close_frame(keep=exc_type is None)
         return suppressed

@@ -33,7 +33,7 @@ from cyclone._leases import LeaseKeeper
 from cyclone._options import seconds, validate_int, validate_queue
 from cyclone._producer import Producer
 from cyclone._scheduler import Scheduler
-from cyclone._workflow import defined_workflows
+from cyclone._served import check_served
 
 if TYPE_CHECKING:
     from cyclone._client import Client
@@ -47,8 +47,6 @@ DEFAULT_CONCURRENCY = 10
 PRESENCE_BEATS = 3
 # Outcomes that may wait unwritten, per slot of every queue, before claims hold back.
 UNWRITTEN_PER_SLOT = 2
-# Warnings about a worker's configuration already given in this process, said once each.
-_WARNED: set[str] = set()
 
 
 def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0) -> float:
@@ -92,6 +90,7 @@ class Worker:
         schedules: Sequence[Schedule[Any]] = (),
     ) -> None:
         self.client = client
+        services = self._services = client.services
         self.wait_for_schema = bool(wait_for_schema)
         self._steps: dict[str, Step[Any, Any]] = {}
         self._workflows: dict[str, Workflow[Any]] = {}
@@ -112,7 +111,7 @@ class Worker:
             validate_queue(name): validate_int(n, what=f"{name!r} limit", low=1)
             for name, n in queues.items()
         }
-        self._check_served(given)
+        check_served(given, self._queues, self._workflows)
         self.poll_interval = seconds(poll_interval, what="poll_interval")
         self.lease = seconds(lease, what="lease")
         self.heartbeat = seconds(heartbeat, what="heartbeat") if heartbeat else self.lease / 3
@@ -128,25 +127,30 @@ class Worker:
         self._kinds = sorted(self._steps)
         self._workflow_names = sorted(self._workflows)
         self._leases = LeaseKeeper(
-            client,
+            services.database,
             worker_id=self.id,
             lease=self.lease,
             interval=self.heartbeat,
             present=self._present,
         )
         self._completer = Completer(
-            client.pool,
-            client.queries,
-            client._publish,
+            services.database,
+            services.publisher,
             bound=UNWRITTEN_PER_SLOT * sum(self._queues.values()),
             on_written=self._room_made,
         )
         executor = Executor(
-            client, self._steps, self._workflows, backoff=backoff, leases=self._leases
+            client,
+            self._steps,
+            self._workflows,
+            database=services.database,
+            backoff=backoff,
+            leases=self._leases,
         )
         self._producers = {
             name: Producer(
-                client,
+                services.database,
+                services.observers,
                 name,
                 limit,
                 worker_id=self.id,
@@ -181,43 +185,6 @@ class Worker:
             raise InvalidInputError(f"two different steps are named {s.name!r}")
         self._steps[s.name] = s
 
-    def _check_served(self, given: Mapping[str, Step[Any, Any]]) -> None:
-        """Refuse what this worker could never claim; warn (once) about what it may not mean.
-
-        A queue in ``queues=`` that no step uses is allowed: jobs enqueued with ``queue=``
-        run there.
-        """
-        for step in given.values():
-            if step.queue not in self._queues:
-                raise InvalidInputError(
-                    f"step {step.name!r} runs on queue {step.queue!r}, which queues= leaves "
-                    f"out: add {_entries([step.queue])} to queues=, or leave queues= unset"
-                )
-        for wf in self._workflows.values():
-            used_queues = {s.queue for s in wf.steps()}
-            missing = sorted(used_queues - set(self._queues))
-            if missing and len(missing) == len(used_queues):
-                raise InvalidInputError(
-                    f"workflow {wf.name!r} runs on {_names('queue', missing)}, which queues= "
-                    f"leaves out: add {_entries(missing)} to queues=, or leave queues= unset"
-                )
-            if missing:
-                _warn_once(
-                    f"worker serves workflow {wf.name!r} but queues= leaves out its "
-                    f"{_names('queue', missing)}: those nodes wait for another worker with "
-                    f"workflows=[{wf.name}] that claims from them"
-                )
-        for wf in defined_workflows():
-            if wf.name in self._workflows:
-                continue
-            used = sorted({n.kind.name for n in wf.nodes if n.kind is not None} & set(given))
-            if used:
-                _warn_once(
-                    f"worker serves {_names('step', used)} but not workflow {wf.name!r}, "
-                    f"which uses {'it' if len(used) == 1 else 'them'}: its nodes wait for "
-                    f"a worker with workflows=[{wf.name}]"
-                )
-
     def __repr__(self) -> str:
         return f"<cyclone.Worker {self.id} queues={sorted(self._queues)}>"
 
@@ -227,15 +194,16 @@ class Worker:
         """Start claiming in the running event loop."""
         if self._started:
             raise LifecycleError("this worker was started already")
-        await self.client._wait_until_ready(wait_for_schema=self.wait_for_schema)
-        async with self.client._acquire() as conn:  # visible in stats once start() returns
+        database = self._services.database
+        await database.wait_until_ready(wait_for_schema=self.wait_for_schema)
+        async with database.acquire() as conn:  # visible in stats once start() returns
             await self._present(conn)
         await self._scheduler.start()  # schedules: declare, then arm the timer
         self._started = True
         loop = asyncio.get_running_loop()
         self._completer.start()
-        if self.client.notify:
-            notifier = self.client._notifier
+        notifier = self._services.notifier
+        if notifier is not None:
             self._unsubscribe = notifier.subscribe_queues(self._on_wakeup)
             notifier.acquire()
         self._tasks = [
@@ -282,9 +250,9 @@ class Worker:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self._completer.stop()
-        if self._unsubscribe is not None:
+        if self._unsubscribe is not None and self._services.notifier is not None:
             self._unsubscribe()
-            await self.client._notifier.release()
+            await self._services.notifier.release()
         await self._leave()
         logger.info("worker %s stopped", self.id, extra={"worker": self.id})
 
@@ -313,7 +281,7 @@ class Worker:
         """
         while True:
             await self._leases.idle.wait()
-            async with self.client._acquire() as conn:
+            async with self._services.database.acquire() as conn:
                 if not await db.task_pending_work(
                     conn, self.client.queries, self._kinds, self._workflow_names
                 ):
@@ -364,7 +332,7 @@ class Worker:
     async def _leave(self) -> None:
         """Remove this worker's presence row (it would expire by itself anyway)."""
         try:
-            async with self.client._acquire() as conn:
+            async with self._services.database.acquire() as conn:
                 await db.worker_leave(conn, self.client.queries, self.id)
         except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
             logger.warning(
@@ -394,20 +362,6 @@ class Worker:
     async def maintain_once(self, limit: int = 100) -> None:
         """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, and
         (with a client ``retention``) delete terminal runs old enough."""
-        await maintenance.run_once(self.client, worker_id=self.id, limit=limit)
-
-
-def _names(word: str, names: Sequence[str]) -> str:
-    """``queue 'mail'``, or ``queues 'mail', 'bulk'``."""
-    return f"{word}{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}"
-
-
-def _entries(queues: Sequence[str]) -> str:
-    """``"mail": N, "bulk": N``: what to add to ``queues=``."""
-    return ", ".join(f'"{q}": N' for q in queues)
-
-
-def _warn_once(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
-        logger.warning(message)
+        await maintenance.run_once(
+            self._services, self.client.retention, worker_id=self.id, limit=limit
+        )

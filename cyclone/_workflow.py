@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from cyclone import _codec
 from cyclone._errors import InvalidInputError, UnknownNodeError
-from cyclone._insert import Producer, check_options, payload_limit, target_for
+from cyclone._insert import check_options, payload_limit, target_for
 from cyclone._keys import validate_key, validate_name
 from cyclone._kinds import Kind, Step
 from cyclone._options import Options, SubmitOptions, seconds
 from cyclone._run import ResultRun, Run
+from cyclone._targets import Producer
 from cyclone._wakeups import Tx
 
 if TYPE_CHECKING:

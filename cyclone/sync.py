@@ -12,11 +12,9 @@ stay asyncio (``cyclone.Worker``, ``cyclone worker``).
 from __future__ import annotations
 
 import contextlib
-import logging
-import threading
-import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, Unpack, overload
 
 import psycopg
@@ -24,29 +22,43 @@ import psycopg_pool
 
 from cyclone import _codec, _transitions
 from cyclone import _queries as db
-from cyclone._client import result_of, run_info, search_args
 from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._drivers import connect, run_sync
-from cyclone._errors import InvalidInputError, NotInTransactionError, RunNotFoundError
-from cyclone._insert import CallerTransaction, DatabaseTarget, plan_jobs
+from cyclone._errors import InvalidInputError
+from cyclone._insert import plan_jobs
 from cyclone._keys import validate_key, validate_name
 from cyclone._kinds import Kind
 from cyclone._notifier import queue_payload
 from cyclone._observe import Observers
 from cyclone._options import EnqueueManyOptions, EnqueueOptions, SubmitOptions, validate_int
 from cyclone._run import RunInfo, RunPage, RunQuery, RunState
+from cyclone._runs import result_of, run_info, search_args
 from cyclone._sql import Queries
+from cyclone._sync_services import (
+    SyncDatabase,
+    SyncOwnStatement,
+    SyncRuns,
+    caller_target,
+    django_wrapper,
+)
+from cyclone._targets import DatabaseTarget
 from cyclone._wakeups import SyncTrackedConnection, Wakeups
 from cyclone._workflow import ResultWorkflow, Workflow
 
 __all__ = ["Client", "ResultRun", "Run", "track_wakeups"]
 
-logger = logging.getLogger("cyclone")
 In = TypeVar("In")
 Out = TypeVar("Out")
 Out_co = TypeVar("Out_co", covariant=True)
-_WAIT_POLL_MAX = 1.0
-_NOTIFY_FULL = (psycopg.errors.ProgramLimitExceeded,)
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """The synchronous client's parts, for Cyclone's own modules (internal, not a stable
+    API): its connections and wakeups (``database``) and run reads (``runs``)."""
+
+    database: SyncDatabase
+    runs: SyncRuns
 
 
 class Run:
@@ -67,19 +79,16 @@ class Run:
 
     def status(self) -> RunState:
         """The run's state; :class:`RunNotFoundError` if it is not visible."""
-        return self.client._status(self.id)
+        return self.client.services.runs.status(self.id)
 
     def wait(self, timeout: float | None = None) -> RunState:
         """Block until the run ends; the builtin :class:`TimeoutError` after ``timeout`` s."""
-        state, _ = self.client._until_ended(self.id, timeout, result=False)
+        state, _ = self.client.services.runs.until_ended(self.id, timeout, result=False)
         return state
 
     def info(self) -> RunInfo:
         """What the run is and where it stands (as in ``client.list_runs``)."""
-        page = self.client._runs(RunQuery(limit=1), self.id)
-        if not page:
-            raise RunNotFoundError(self.id)
-        return page[0]
+        return self.client.services.runs.info(self.id)
 
 
 class ResultRun(Run, Generic[Out_co]):
@@ -91,7 +100,7 @@ class ResultRun(Run, Generic[Out_co]):
 
     def result(self, timeout: float | None = None) -> Out_co:
         """Block until the run ends; its output, or the error it ended with."""
-        _, row = self.client._until_ended(self.id, timeout, result=True)
+        _, row = self.client.services.runs.until_ended(self.id, timeout, result=True)
         out: Out_co = result_of(self.id, row, self.output_type)
         return out
 
@@ -109,8 +118,8 @@ class Client:
     def __init__(
         self, source: Any, *, schema: str = "public", payload_limit: int = DEFAULT_PAYLOAD_LIMIT
     ) -> None:
-        self._django = _django_wrapper(source)
-        if self._django is None and not isinstance(
+        django = django_wrapper(source)
+        if django is None and not isinstance(
             source, psycopg_pool.ConnectionPool | psycopg.Connection
         ):
             raise InvalidInputError(
@@ -123,60 +132,25 @@ class Client:
         self.channel = f"cyclone_{schema}"
         self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
         self.observers = Observers()
-        self._lock = threading.Lock()
+        database = SyncDatabase(source, django, self.queries, self.channel)
+        self.services = Services(database=database, runs=SyncRuns(database))
+        """The client's parts, for Cyclone's own modules (internal, not a stable API)."""
 
     def __repr__(self) -> str:
         return f"<cyclone.sync.Client schema={self.schema!r}>"
 
-    # Connections
-
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection for Cyclone's own statements, committed when the block ends."""
-        if self._django is not None:
-            from cyclone.integrations.django import own_connection
-
-            yield own_connection(self._django)
-        elif isinstance(self.source, psycopg_pool.ConnectionPool):
-            with self.source.connection() as conn:
-                yield conn
-        else:
-            with self._lock:
-                yield self.source
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[db.Conn]:
-        with self._connection() as conn, conn.transaction():
-            yield connect(conn)
-
     def _target(self, tx: Any) -> DatabaseTarget:
-        return _OwnStatement(self) if tx is None else _caller_target(self, tx)
+        database = self.services.database
+        if tx is None:
+            return SyncOwnStatement(self, database)
+        return caller_target(self, database.publish, tx)
 
     # Wakeups
-
-    def _publish(self, payloads: list[str], conn: psycopg.Connection[Any] | None = None) -> None:
-        """One NOTIFY statement for ``payloads``, on ``conn`` (idle, just committed) or on the
-        client's source; a failure is logged, never raised."""
-        if not payloads:
-            return
-        try:
-            if conn is None:
-                with self._transaction() as own:
-                    run_sync(db.wakeup_notify(own, self.queries, self.channel, payloads))
-            else:
-                with conn.transaction():
-                    run_sync(db.wakeup_notify(connect(conn), self.queries, self.channel, payloads))
-        except psycopg.Error as exc:
-            logger.warning(
-                "publishing %d wakeups failed (%s); polling will pick the work up",
-                len(payloads),
-                exc,
-            )
 
     def publish_wakeups(self, wakeups: Wakeups) -> None:
         """Send one NOTIFY per distinct queue in ``wakeups`` and clear it; call it after the
         commit. It never raises: a failed publish is logged, and polling finds the work."""
-        self._publish([queue_payload(q) for q in sorted(wakeups.take())])
+        self.services.database.publish([queue_payload(q) for q in sorted(wakeups.take())])
 
     @overload
     def transaction(
@@ -191,7 +165,7 @@ class Client:
         if not isinstance(conn, psycopg.Connection | SyncTrackedConnection):
             from cyclone.integrations import sqlalchemy as glue
 
-            return glue.sync_transaction(conn, self._publish)
+            return glue.sync_transaction(conn, self.services.database.publish)
         return self._tracked(conn)
 
     @contextlib.contextmanager
@@ -208,7 +182,9 @@ class Client:
         if not ttx.is_in_transaction():
             # Committed: the wakeups go out on the connection in hand, so a caller holding
             # the last connection of a pool does not wait for another one.
-            self._publish([queue_payload(q) for q in sorted(wakeups.take())], ttx.connection)
+            self.services.database.publish(
+                [queue_payload(q) for q in sorted(wakeups.take())], ttx.connection
+            )
         elif ttx is not conn:
             # Inside an untracked outer transaction, which nothing watches: the wakeups go
             # out now, and the work waits for the workers' next poll.
@@ -349,7 +325,7 @@ class Client:
     def get_run(self, run_id: uuid.UUID, output_type: type[Out]) -> ResultRun[Out]: ...
     def get_run(self, run_id: uuid.UUID, output_type: Any = None) -> Run:
         """A handle on an existing run; :class:`RunNotFoundError` if it is not visible."""
-        self._status(run_id)
+        self.services.runs.status(run_id)
         return Run(self, run_id) if output_type is None else ResultRun(self, run_id, output_type)
 
     def list_runs(self, query: RunQuery | None = None) -> RunPage:
@@ -357,7 +333,7 @@ class Client:
         query = query or RunQuery()
         limit = validate_int(query.limit, what="limit", low=1)
         args = search_args(query)
-        with self._connection() as raw:
+        with self.services.database.connection() as raw:
             conn = connect(raw)
             rows = run_sync(db.run_search(conn, self.queries, *args, limit + 1, query.scan))
             runs = [run_info(r) for r in rows[:limit]]
@@ -370,52 +346,14 @@ class Client:
                 next_cursor = None
         return RunPage(runs=runs, next_cursor=next_cursor)
 
-    def _runs(self, query: RunQuery, run_id: uuid.UUID) -> list[RunInfo]:
-        with self._connection() as raw:
-            rows = run_sync(
-                db.run_list(connect(raw), self.queries, run_id, *([None] * 6), query.limit)
-            )
-        return [run_info(r) for r in rows]
-
     def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output."""
         validate_name(node, what="node")
         encoded = _codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
-        with self._transaction() as conn:
+        database = self.services.database
+        with database.transaction() as conn:
             effects = run_sync(_transitions.signal(conn, self.queries, run_id, node, encoded))
-        self._publish(effects.payloads())
-
-    def _status(self, run_id: uuid.UUID) -> RunState:
-        with self._connection() as raw:
-            state = run_sync(db.run_status(connect(raw), self.queries, run_id))
-        if state is None:
-            raise RunNotFoundError(run_id)
-        return RunState(state)
-
-    def _until_ended(
-        self, run_id: uuid.UUID, timeout: float | None, *, result: bool
-    ) -> tuple[RunState, Any]:
-        """Poll the run, with a growing delay up to one second, until it ends."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.05
-        while True:
-            with self._connection() as raw:
-                conn = connect(raw)
-                if result:
-                    row = run_sync(db.run_result(conn, self.queries, run_id))
-                    state: str | None = None if row is None else row["state"]
-                else:
-                    row = None
-                    state = run_sync(db.run_status(conn, self.queries, run_id))
-            if state is None:
-                raise RunNotFoundError(run_id)
-            if RunState(state).terminal:
-                return RunState(state), row
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {run_id} did not end within {timeout:g} s")
-            pause = delay if deadline is None else min(delay, deadline - time.monotonic())
-            time.sleep(max(pause, 0.0))
-            delay = min(delay * 2, _WAIT_POLL_MAX)
+        database.publish(effects.payloads())
 
 
 def track_wakeups(conn: psycopg.Connection[Any]) -> tuple[SyncTrackedConnection, Wakeups]:
@@ -425,88 +363,3 @@ def track_wakeups(conn: psycopg.Connection[Any]) -> tuple[SyncTrackedConnection,
         conn = conn.connection
     wakeups = Wakeups()
     return SyncTrackedConnection(conn, wakeups), wakeups
-
-
-class _OwnStatement(DatabaseTarget):
-    """``tx is None``: Cyclone's own statement on the client's source, committed here."""
-
-    notify_full = _NOTIFY_FULL
-
-    def __init__(self, client: Client) -> None:
-        super().__init__(client)
-        self.client = client
-        self._autocommit = False
-
-    @contextlib.asynccontextmanager
-    async def connection(self, *, transaction: bool) -> AsyncIterator[db.Conn]:
-        with self.client._connection() as raw:
-            self._autocommit = raw.autocommit and not transaction
-            if self._autocommit:
-                yield connect(raw)
-            else:
-                with raw.transaction():
-                    yield connect(raw)
-
-    def carrying(self, queue: str) -> contextlib.AbstractContextManager[tuple[str, str] | None]:
-        # An autocommit statement delivers its own NOTIFY at its commit, as on asyncio.
-        wake = (self.client.channel, queue_payload(queue)) if self._autocommit else None
-        return contextlib.nullcontext(wake)
-
-    def woke(self, queues: Sequence[str]) -> None:
-        self.client._publish([queue_payload(q) for q in sorted(queues)])
-
-
-def _caller_target(client: Client, tx: Any) -> CallerTransaction:
-    """The caller's transaction ``tx``, whatever holds it."""
-    if isinstance(tx, SyncTrackedConnection | psycopg.Connection):
-        raw, record = (
-            (tx.connection, tx.record) if isinstance(tx, SyncTrackedConnection) else (tx, None)
-        )
-
-        def conn() -> psycopg.Connection[Any]:
-            if raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                raise NotInTransactionError(NOT_IN_TRANSACTION_PSYCOPG)
-            return raw
-
-        return _caller(client, conn, record)
-    wrapper = _django_wrapper(tx)
-    if wrapper is not None:
-        from cyclone.integrations.django import caller_parts
-
-        return _caller(client, *caller_parts(wrapper, client._publish))
-    if _is_sqlalchemy(tx):
-        from cyclone.integrations.sqlalchemy import sync_parts
-
-        parts = sync_parts(client, tx, client._publish)
-        if parts is not None:
-            return _caller(client, *parts)
-    raise InvalidInputError(
-        "tx must be a psycopg connection in a transaction, a SQLAlchemy Session/Connection on "
-        f"psycopg, or Django's connection inside atomic(); got {type(tx).__name__}"
-    )
-
-
-NOT_IN_TRANSACTION_PSYCOPG = (
-    "a *_tx call needs a psycopg connection inside a transaction (with conn.transaction(), "
-    "or after a first statement on a connection that is not in autocommit mode)"
-)
-
-
-def _caller(client: Client, get: Any, record: Any) -> CallerTransaction:
-    @contextlib.asynccontextmanager
-    async def open() -> AsyncIterator[db.Conn]:
-        yield connect(get())
-
-    return CallerTransaction(client, open, record, notify_full=_NOTIFY_FULL)
-
-
-def _is_sqlalchemy(obj: object) -> bool:
-    return type(obj).__module__.startswith("sqlalchemy.")
-
-
-def _django_wrapper(obj: object) -> Any:
-    if not type(obj).__module__.startswith("django."):
-        return None
-    from cyclone.integrations.django import wrapper_of
-
-    return wrapper_of(obj)

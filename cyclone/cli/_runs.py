@@ -202,7 +202,9 @@ def purge(ctx: click.Context, older_than: str, state: tuple[str, ...]) -> None:
                 total += count
                 progress.update(task, advance=count, description=f"purged {total}")
 
-            await client._purge([(s, age) for s in states], 1000, batches=None, on_batch=purged)
+            await client.services.runs.purge(
+                [(s, age) for s in states], 1000, batches=None, on_batch=purged
+            )
         return total
 
     click.echo(f"purged {with_client(ctx, go)} runs")

@@ -51,7 +51,7 @@ def migrate(ctx: click.Context) -> None:
 
     async def go(client: Client) -> tuple[list[int], list[int]]:
         applied = await client.migrate()
-        async with client._acquire() as conn:
+        async with client.services.database.acquire() as conn:
             return applied, await db.migrations_applied(conn, client.queries)
 
     applied, present = with_client(ctx, go, check=False)
@@ -162,7 +162,7 @@ def worker(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
         # Until the database answers (and is migrated, with --wait-for-migrations), or a signal.
-        ready = client._wait_until_ready(wait_for_schema=wait_for_migrations)
+        ready = client.services.database.wait_until_ready(wait_for_schema=wait_for_migrations)
         if not await _unless_stopped(stop, ready):
             return
         w = await build(client)

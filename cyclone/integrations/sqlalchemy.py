@@ -15,7 +15,7 @@ poll.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -24,17 +24,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
 from cyclone._errors import InvalidInputError, NotInTransactionError
-from cyclone._insert import CallerTransaction, Producer
 from cyclone._notifier import queue_payload
-from cyclone._wakeups import Wakeups
+from cyclone._targets import CallerTransaction, Producer
 
 if TYPE_CHECKING:
-    from cyclone._client import Client
+    from cyclone._wakeups import Wakeups
 
 __all__ = ["AsyncSession", "async_target", "async_transaction", "sync_parts", "sync_transaction"]
 
 _INFO_KEY = "cyclone.wakeups"
-Publish = Callable[[list[str]], None]
+Publish = Callable[[Iterable[str]], None]
 """Sends NOTIFY payloads soon, without waiting (the client's publisher)."""
 
 
@@ -91,12 +90,12 @@ def session_wakeups(session: Session) -> SessionWakeups:
     return tracker
 
 
-def track_session(session: AsyncSession | Session) -> Wakeups:
-    """Collect the session's committed wakeups into a :class:`Wakeups` instead of publishing
-    them (``cyclone.track_wakeups(session)``)."""
+def track_session(session: AsyncSession | Session, wakeups: Wakeups) -> Wakeups:
+    """Collect the session's committed wakeups into ``wakeups`` (or the :class:`Wakeups`
+    already collecting them) instead of publishing them (``cyclone.track_wakeups(session)``)."""
     sync = session.sync_session if isinstance(session, AsyncSession) else session
     tracker = session_wakeups(sync)
-    tracker.sink = tracker.sink or Wakeups()
+    tracker.sink = tracker.sink or wakeups
     return tracker.sink
 
 
@@ -128,14 +127,14 @@ async def _asyncpg_of(conn: AsyncConnection) -> asyncpg.Connection:
     return raw
 
 
-def async_target(client: Client, tx: object) -> CallerTransaction | None:
+def async_target(producer: Producer, publish: Publish, tx: object) -> CallerTransaction | None:
     """The caller's transaction of an ``AsyncSession`` or ``AsyncConnection``; None for
     anything else."""
     if isinstance(tx, AsyncSession):
         session = tx
         _require_driver(session.sync_session.get_bind().dialect, "asyncpg", "session", _ASYNC_FIX)
         tracker = session_wakeups(session.sync_session)
-        tracker.publish = tracker.publish or client._publish
+        tracker.publish = tracker.publish or publish
 
         @contextlib.asynccontextmanager
         async def open_session() -> AsyncIterator[asyncpg.Connection]:
@@ -143,7 +142,7 @@ def async_target(client: Client, tx: object) -> CallerTransaction | None:
                 raise NotInTransactionError(NOT_IN_TRANSACTION_SA)
             yield await _asyncpg_of(await session.connection())
 
-        return CallerTransaction(client, open_session, tracker.record)
+        return CallerTransaction(producer, open_session, tracker.record)
     if isinstance(tx, AsyncConnection):
         conn = tx
         _require_driver(conn.dialect, "asyncpg", "connection", _ASYNC_FIX)
@@ -154,7 +153,7 @@ def async_target(client: Client, tx: object) -> CallerTransaction | None:
                 raise NotInTransactionError(NOT_IN_TRANSACTION_SA)
             yield await _asyncpg_of(conn)
 
-        return CallerTransaction(client, open_connection, None)
+        return CallerTransaction(producer, open_connection, None)
     return None
 
 
@@ -195,12 +194,12 @@ def sync_parts(
 
 
 @contextlib.asynccontextmanager
-async def async_transaction(client: Client, session: AsyncSession) -> AsyncIterator[AsyncSession]:
+async def async_transaction(publish: Publish, session: AsyncSession) -> AsyncIterator[AsyncSession]:
     """``client.transaction(session)``: the session's transaction (a savepoint when one is
     open); its wakeups are published after the outermost commit."""
     _require_driver(session.sync_session.get_bind().dialect, "asyncpg", "session", _ASYNC_FIX)
     tracker = session_wakeups(session.sync_session)
-    tracker.publish = tracker.publish or client._publish
+    tracker.publish = tracker.publish or publish
     block = session.begin_nested() if session.in_transaction() else session.begin()
     async with block:
         yield session

@@ -230,7 +230,7 @@ async def test_worker_ignores_kinds_it_does_not_serve(cyclone_env: CycloneEnv) -
 async def test_notification_wakes_the_worker_before_the_poll(cyclone_env: CycloneEnv) -> None:
     client = cyclone_env.client
     async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
-        await asyncio.wait_for(client._notifier.connected.wait(), 30)
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         run = await double.enqueue(client, 21)
         assert await run.result(timeout=60) == 42
         # The first job may have been found by the claims the worker makes as it starts and
@@ -246,7 +246,7 @@ async def test_polling_alone_finds_work(cyclone_env: CycloneEnv) -> None:
     run = await double.enqueue(quiet, 4)
     async with fast_worker(quiet, steps=[double], poll_interval=0.2):
         assert await run.result(timeout=30) == 8
-    assert quiet._notifier._task is None  # it never listened
+    assert quiet.services.notifier is None  # it never listens
 
 
 graceful_probe = Probe()

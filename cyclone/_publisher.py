@@ -1,0 +1,131 @@
+"""The publisher: sends the NOTIFY that wakes workers, after the writes it announces commit.
+
+At most one NOTIFY statement is in flight: payloads that arrive meanwhile go out together in
+the next one, and with a coalescing window (``notify_coalesce``) everything published within
+it goes out as one statement when it closes. An insert that commits on its own may carry its
+NOTIFY in its own statement instead (:meth:`Publisher.carrying`), one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator
+
+from cyclone import _queries as db
+from cyclone._database import Database
+from cyclone._errors import InvalidStateError
+from cyclone._notifier import queue_payload
+from cyclone._wakeups import Wakeups
+
+logger = logging.getLogger("cyclone")
+
+
+class Publisher:
+    """Wakeups of one schema's ``channel``, sent through ``database`` (see the module)."""
+
+    def __init__(self, database: Database, channel: str, *, coalesce: float) -> None:
+        self.database = database
+        self.channel = channel
+        self.coalesce = coalesce
+        self._pending: set[str] = set()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+        self._notifying = 0  # inserts in flight that carry their own NOTIFY
+
+    def publish(self, payloads: Iterable[str]) -> None:
+        """Send ``payloads`` soon, without waiting: at most one NOTIFY statement is in flight,
+        and payloads that arrive meanwhile go out together in the next one."""
+        self._pending.update(payloads)
+        if self._pending and (self._flush_task is None or self._flush_task.done()):
+            self._flush_task = asyncio.get_running_loop().create_task(
+                self._flush_soon(), name="cyclone-publish"
+            )
+
+    def wake(self, queues: Iterable[str]) -> None:
+        """Publish a wakeup for each of ``queues``."""
+        self.publish([queue_payload(q) for q in sorted(queues)])
+
+    async def publish_wakeups(self, wakeups: Wakeups) -> None:
+        """What ``Client.publish_wakeups`` does (its docstring says when it returns)."""
+        queues = wakeups.take()
+        if not queues:
+            return
+        payloads = [queue_payload(q) for q in queues]
+        if self.coalesce > 0 or not self.database.has_room():
+            self.publish(payloads)
+            return
+        if self._flush_task is None or self._flush_task.done():
+            # Nothing in flight: send it from here, without a task hop.
+            self._pending.update(payloads)
+            await self._flush()
+            return
+        self.publish(payloads)
+        await asyncio.shield(self._flush_task)
+
+    async def committed(self, wakeups: Wakeups, conn: db.Conn) -> None:
+        """Publish ``wakeups`` of a transaction just committed on ``conn``: without a
+        coalescing window on ``conn`` itself, in hand, so the publish needs no second
+        connection from the pool."""
+        if self.coalesce > 0:
+            await self.publish_wakeups(wakeups)
+        else:
+            await self.send(sorted(queue_payload(q) for q in wakeups.take()), conn)
+
+    @contextlib.contextmanager
+    def carrying(self, queue: str) -> Iterator[tuple[str, str] | None]:
+        """The (channel, payload) an insert that commits on its own may send itself, or None.
+
+        Its NOTIFY is delivered at its commit. One at a time: the server serializes notifying
+        commits through their WAL flush, so while one is in flight the others publish after
+        their commit, merged (:meth:`publish`).
+        """
+        if self.coalesce > 0 or self._notifying:
+            yield None
+            return
+        self._notifying += 1
+        try:
+            yield self.channel, queue_payload(queue)
+        finally:
+            self._notifying -= 1
+
+    async def aclose(self) -> None:
+        """Send the wakeups still held by the coalescing window."""
+        self._closing.set()
+        if self._flush_task is not None:
+            await asyncio.shield(self._flush_task)
+        while self._pending:
+            await self._flush()
+
+    async def _flush_soon(self) -> None:
+        if self.coalesce > 0:
+            with contextlib.suppress(TimeoutError):  # the window closes, or the client does
+                await asyncio.wait_for(self._closing.wait(), self.coalesce)
+        while self._pending:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        payloads, self._pending = sorted(self._pending), set()
+        await self.send(payloads)
+
+    async def send(self, payloads: list[str], conn: db.Conn | None = None) -> None:
+        """One NOTIFY statement for ``payloads`` now, on ``conn`` or on a pooled connection.
+
+        A failure is logged, never raised: polling picks the work up.
+        """
+        if not payloads:
+            return
+        q = self.database.queries
+        try:
+            if conn is None:
+                async with self.database.borrow() as pooled:
+                    await db.wakeup_notify(pooled, q, self.channel, payloads)
+            else:
+                await db.wakeup_notify(conn, q, self.channel, payloads)
+        except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
+            logger.warning(
+                "publishing %d wakeups failed (%s); polling will pick the work up",
+                len(payloads),
+                exc,
+            )

@@ -1,0 +1,157 @@
+"""The package's shape, read from its source with ``ast``: no import cycle among Cyclone's
+modules, and no module reaching into another object's private members.
+
+Imports are counted wherever they stand, at module level and inside functions (the lazy
+imports of optional extras), except under ``if TYPE_CHECKING:``: the public signatures name
+``Client`` (``step.enqueue(client, ...)``, ``run.client``) in modules the client is built
+from, and those names exist only for type checkers, so nothing runs in a circle.
+
+A private member is an underscore name that is not a dunder. Code may use its own (``self._x``,
+``cls._x``) and import private modules (``cyclone._queries``); everything else goes through
+names without an underscore. A third-party object's private member that Cyclone cannot do
+without is allowed only through :data:`ALLOWED`, each with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).parents[2] / "cyclone"
+
+# (module, expression) pairs allowed to read a private member, with why.
+ALLOWED = {
+    # asyncpg keeps a pool's connect arguments only here: the LISTEN connection and the
+    # pooler check open connections of their own to where the pool goes.
+    ("cyclone._notifier", "pool._connect_args"),
+    ("cyclone._notifier", "pool._connect_kwargs"),
+    ("cyclone._pooler", "pool._connect_kwargs"),
+    # Django's connection proxy names the wrapper it stands for only through these.
+    ("cyclone.integrations.django", "source._connections"),
+    ("cyclone.integrations.django", "source._alias"),
+    # A named tuple's own API: SplitResult._replace.
+    ("cyclone.testing._postgres", "urlsplit(self.dsn)._replace"),
+}
+
+
+def _modules() -> dict[str, ast.Module]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = ast.parse(path.read_text(), str(path))
+    return found
+
+
+MODULES = _modules()
+
+
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and ast.unparse(node.test) in (
+        "TYPE_CHECKING",
+        "typing.TYPE_CHECKING",
+    )
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (its ``else`` counts)."""
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if _type_checking(node):
+            assert isinstance(node, ast.If)
+            todo.extend(node.orelse)
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _imports(name: str, tree: ast.Module) -> set[str]:
+    """The Cyclone modules that module ``name`` imports, anywhere in it."""
+    package = (
+        name
+        if (PACKAGE.parent / name.replace(".", "/") / "__init__.py").exists()
+        else (name.rpartition(".")[0])
+    )
+    found = set()
+    for node in _runtime_nodes(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in MODULES)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                if f"{base}.{alias.name}" in MODULES:
+                    found.add(f"{base}.{alias.name}")
+                elif base in MODULES:
+                    found.add(base)
+    found.discard(name)
+    return found
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph``, as the modules along it, or None."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return None
+        path.append(module)
+        for target in sorted(graph[module]):
+            if (found := visit(target)) is not None:
+                return found
+        path.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        if (found := visit(module)) is not None:
+            return found
+    return None
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    # The package imports its modules to re-export them; they import nothing back from it
+    # (the package's public names come from the modules that define them).
+    graph = {name: _imports(name, tree) for name, tree in MODULES.items()}
+    assert "cyclone" not in set().union(*(graph[n] for n in graph if n != "cyclone"))
+    cycle = _cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def _private(attr: str) -> bool:
+    return attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__"))
+
+
+def _reaches() -> list[str]:
+    found = []
+    for name, tree in MODULES.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not _private(node.attr):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if (name, ast.unparse(node)) not in ALLOWED:
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_uses_another_objects_private_members() -> None:
+    assert _reaches() == []
+
+
+@pytest.mark.parametrize("allowed", sorted(ALLOWED))
+def test_every_allowed_private_use_is_still_there(allowed: tuple[str, str]) -> None:
+    module, expression = allowed
+    used = {ast.unparse(n) for n in ast.walk(MODULES[module]) if isinstance(n, ast.Attribute)}
+    assert expression in used, f"{module} no longer uses {expression}: drop it from ALLOWED"
