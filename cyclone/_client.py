@@ -458,7 +458,7 @@ class Client:
         limit = validate_int(query.limit, what="limit", low=1)
         args = search_args(query)
         async with self._acquire() as conn:
-            rows = await db.run_search(conn, self.queries, *args, limit + 1, query.scan)
+            rows = await db.run_search(conn, self.queries, *args, limit=limit + 1, scan=query.scan)
             runs = [run_info(r) for r in rows[:limit]]
             if len(rows) > limit:
                 next_cursor: str | None = str(runs[-1].id)
@@ -640,7 +640,7 @@ class Client:
     async def _run_info(self, run_id: uuid.UUID) -> RunInfo:
         async with self._acquire() as conn:
             rows = await db.run_list(
-                conn, self.queries, run_id, None, None, None, None, None, None, 1
+                conn, self.queries, run_id, None, None, None, None, None, None, limit=1
             )
             if not rows:
                 raise RunNotFoundError(run_id)
@@ -687,7 +687,7 @@ class Client:
         cap = validate_int(at_most, what="at_most", low=1)
         args = search_args(query)
         async with self._acquire() as conn:
-            return await db.run_count(conn, self.queries, *args, cap, query.scan)
+            return await db.run_count(conn, self.queries, *args, cap=cap, scan=query.scan)
 
     async def throughput(self, *, minutes: int = 60) -> list[Throughput]:
         """Steps that ended per queue and minute over the last ``minutes`` (the current minute

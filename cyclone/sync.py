@@ -359,7 +359,9 @@ class Client:
         args = search_args(query)
         with self._connection() as raw:
             conn = connect(raw)
-            rows = run_sync(db.run_search(conn, self.queries, *args, limit + 1, query.scan))
+            rows = run_sync(
+                db.run_search(conn, self.queries, *args, limit=limit + 1, scan=query.scan)
+            )
             runs = [run_info(r) for r in rows[:limit]]
             if len(rows) > limit:
                 next_cursor: str | None = str(runs[-1].id)
@@ -373,7 +375,7 @@ class Client:
     def _runs(self, query: RunQuery, run_id: uuid.UUID) -> list[RunInfo]:
         with self._connection() as raw:
             rows = run_sync(
-                db.run_list(connect(raw), self.queries, run_id, *([None] * 6), query.limit)
+                db.run_list(connect(raw), self.queries, run_id, *([None] * 6), limit=query.limit)
             )
         return [run_info(r) for r in rows]
 
