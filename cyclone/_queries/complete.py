@@ -21,7 +21,9 @@ async def job_complete_many(
     outputs: Sequence[str],
 ) -> list[Record]:
     """Complete jobs whose attempts still own their tasks; return (id, run_id) of those."""
-    return await _complete("job_complete_many", conn, q, run_ids, ids, claims, outputs)
+    return await fetch(
+        conn, q, "job_complete_many", run_ids=run_ids, ids=ids, claims=claims, outputs=outputs
+    )
 
 
 async def node_finish_many(
@@ -33,19 +35,9 @@ async def node_finish_many(
     outputs: Sequence[str],
 ) -> list[Record]:
     """Record completed workflow nodes whose attempts still own their tasks."""
-    return await _complete("node_finish_many", conn, q, run_ids, ids, claims, outputs)
-
-
-async def _complete(
-    statement: Literal["job_complete_many", "node_finish_many"],
-    conn: Conn,
-    q: Queries,
-    run_ids: Sequence[uuid.UUID],
-    ids: Sequence[int],
-    claims: Sequence[int],
-    outputs: Sequence[str],
-) -> list[Record]:
-    return await fetch(conn, q, statement, run_ids=run_ids, ids=ids, claims=claims, outputs=outputs)
+    return await fetch(
+        conn, q, "node_finish_many", run_ids=run_ids, ids=ids, claims=claims, outputs=outputs
+    )
 
 
 async def attempts_completed(

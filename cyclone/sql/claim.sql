@@ -1,6 +1,18 @@
 -- Claiming work: a worker takes available tasks of a queue (within its flow control) and
 -- keeps them by heartbeats. A task is owned by the attempt that claimed it, named by
--- (task id, claims); every later write to it is fenced by that pair (complete.sql).
+-- (task id, claims); every later write to it is fenced by that pair (owned_tasks).
+
+-- fragment: owned_tasks
+-- The task of each attempt c (run_id, id, claims), locked, while c still owns it: running
+-- under the same claim count; a task reclaimed or cancelled meanwhile matches nothing. One
+-- by one in a LATERAL subquery with FOR UPDATE: a nested loop over the keys, in c's order
+-- (task-id order, so that two batches lock their common tasks in the same order).
+CROSS JOIN LATERAL (
+    SELECT t.run_id, t.id, t.errors FROM __schema__.cyclone_tasks t
+    WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
+      AND t.state = 'running'
+    FOR UPDATE
+) t
 
 -- fragment: sequence_turn
 -- Task t's turn in its sequence: no earlier task of the sequence is live (the sequence's
@@ -251,14 +263,9 @@ WITH async_commit AS (
 ), mine AS (
     SELECT t.run_id, t.id
     FROM (SELECT * FROM unnest(:run_ids::uuid[], :ids::bigint[], :claims::int[])
-              AS h (run_id, id, claims)
-          ORDER BY h.id) h
-    CROSS JOIN LATERAL (
-        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
-        WHERE t.run_id = h.run_id AND t.id = h.id AND t.claims = h.claims
-          AND t.state = 'running'
-        FOR UPDATE
-    ) t
+              AS c (run_id, id, claims)
+          ORDER BY c.id) c
+    /* fragment: owned_tasks */
 )
 UPDATE __schema__.cyclone_tasks t SET lease_until = __now__ + make_interval(secs => :lease)
 FROM mine, async_commit

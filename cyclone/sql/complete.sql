@@ -4,20 +4,15 @@
 -- a write whose reply was lost, attempts_* say whether it committed.
 
 -- fragment: fenced_completions
--- The completions (:run_ids, task :ids, :claims counts, :outputs) whose task is still running
--- under the same claim, locked in task-id order, and their task rows deleted: a task
--- reclaimed or cancelled meanwhile matches nothing, and that completion is rejected.
+-- The completions (:run_ids, task :ids, :claims counts, :outputs) whose attempts still own
+-- their tasks (owned_tasks), and those task rows deleted: a completion whose task was
+-- reclaimed or cancelled meanwhile matches nothing, and is rejected.
 WITH fenced AS (
     SELECT t.run_id, t.id, c.output
     FROM (SELECT * FROM unnest(:run_ids::uuid[], :ids::bigint[], :claims::int[],
                                :outputs::text[]) AS c (run_id, id, claims, output)
           ORDER BY c.id) c
-    CROSS JOIN LATERAL (
-        SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
-        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-          AND t.state = 'running'
-        FOR UPDATE
-    ) t
+    /* fragment: owned_tasks */
 ), done AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id
@@ -91,12 +86,7 @@ WITH fenced AS (
                                :delays::float8[], :errors::text[], :refunds::bool[])
               AS c (run_id, id, claims, delay, error, refund)
           ORDER BY c.id) c
-    CROSS JOIN LATERAL (
-        SELECT t.run_id, t.id, t.errors FROM __schema__.cyclone_tasks t
-        WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims
-          AND t.state = 'running'
-        FOR UPDATE
-    ) t
+    /* fragment: owned_tasks */
 ), parked AS (
     DELETE FROM __schema__.cyclone_tasks t USING fenced f
     WHERE t.run_id = f.run_id AND t.id = f.id AND NOT f.open
