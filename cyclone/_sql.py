@@ -194,7 +194,7 @@ class Queries:
     transaction's start). A test may pass another ``timestamptz`` expression, such as
     ``now() + current_setting('cyclone.test_offset')::interval``, to move Cyclone's time
     without waiting; production code never does. Column defaults of the migrations (a
-    row's ``created_at``) and the deliberate ``clock_timestamp()`` calls keep the real time.
+    row's ``created_at``) keep the real time.
     """
 
     def __init__(self, schema: str, *, clock: str = DEFAULT_CLOCK) -> None:

@@ -28,10 +28,9 @@ r.state = 'running' AND r.lease_until BETWEEN '-infinity' AND 'infinity'
 
 -- name: task_claim(queue, kinds, limit, lease, worker, workflows)
 -- Claim up to :limit available tasks of one queue for kinds this worker serves. SKIP LOCKED
--- lets workers claim side by side; a sequenced task is claimable only while no earlier task
--- of its sequence is live (available, running, or failed and blocking). The claim commits without
--- waiting for its WAL flush: a claim lost in a crash only makes the task available again,
--- which is what a crash does to it anyway.
+-- lets workers claim side by side; a sequenced task is claimable only in its turn
+-- (sequence_turn). The claim commits without waiting for its WAL flush: a claim lost in a
+-- crash only makes the task available again, which is what a crash does to it anyway.
 --
 -- The tasks are chosen from cyclone_tasks alone, walking the claim index, and each one's run
 -- is read by its key in a scalar subquery: PostgreSQL never turns a scalar subquery into a

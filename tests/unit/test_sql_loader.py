@@ -161,7 +161,7 @@ def test_the_clock_is_now_unless_a_test_moves_it() -> None:
 
 def test_statements_read_the_time_from_the_clock_alone() -> None:
     """No statement calls now() itself (a comment may name it), so that moving the clock
-    moves all of Cyclone's time; clock_timestamp() stays where the real time is meant."""
+    moves all of Cyclone's time."""
     for name, statement in _STATEMENTS.items():
         code = re.sub(r"--[^\n]*|'(?:[^']|'')*'", "", statement.sql)
         assert "now()" not in code.replace("DEFAULT now()", ""), name
