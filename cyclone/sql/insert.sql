@@ -52,19 +52,30 @@ WITH run AS (
 )
 SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL;
 
+-- fragment: unique_key_held
+-- A unique key held by an active (pending) run inserts nothing: the arbiter is
+-- idx_runs_unique_key, whose predicate this must repeat. ON CONFLICT keeps the caller's
+-- transaction usable where an error would abort it.
+ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
+DO NOTHING
+
+-- fragment: job_inserted_wakeup
+-- The end of a unique job's insert: how many jobs it inserted (0 or 1), and the wakeup
+-- (:payload on :channel, at commit) only if it inserted one.
+SELECT c.n, (SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL AND c.n > 0)
+FROM (SELECT count(*)::int AS n FROM run) c;
+
 -- name: job_insert_unique(id, input, kind, queue, priority, process_at, max_attempts, sequence,
 --     deadline, trace, channel, payload, unique_key)
 -- One standalone job with a :unique_key (the rest as job_insert_many, for one job, and the
--- wakeup only if it was inserted). A key held by an active run inserts nothing: ON
--- CONFLICT keeps the caller's transaction usable where an error would abort it.
+-- wakeup only if it was inserted). A key held by an active run inserts nothing.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
          deadline, trace)
     VALUES (:id, :kind, true, :input::jsonb, :queue, :unique_key, 1, 1, :priority, :max_attempts,
             :deadline, :trace::jsonb)
-    ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
-    DO NOTHING
+    /* fragment: unique_key_held */
     RETURNING r.id
 ), task AS (
     INSERT INTO __schema__.cyclone_tasks
@@ -72,8 +83,7 @@ WITH run AS (
     SELECT id, :kind, :queue, :priority, coalesce(:process_at, __now__), :max_attempts, :sequence
     FROM run
 )
-SELECT c.n, (SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL AND c.n > 0)
-FROM (SELECT count(*)::int AS n FROM run) c;
+/* fragment: job_inserted_wakeup */
 
 -- name: job_insert_unique_grouped(id, input, kind, queue, priority, process_at, max_attempts,
 --     sequence, deadline, trace, channel, payload, unique_key, group_key)
@@ -84,8 +94,7 @@ WITH run AS (
          deadline, trace, group_key)
     VALUES (:id, :kind, true, :input::jsonb, :queue, :unique_key, 1, 1, :priority, :max_attempts,
             :deadline, :trace::jsonb, :group_key)
-    ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
-    DO NOTHING
+    /* fragment: unique_key_held */
     RETURNING r.id
 ), task AS (
     INSERT INTO __schema__.cyclone_tasks
@@ -94,12 +103,16 @@ WITH run AS (
            coalesce(:group_key, '')
     FROM run
 )
-SELECT c.n, (SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL AND c.n > 0)
-FROM (SELECT count(*)::int AS n FROM run) c;
+/* fragment: job_inserted_wakeup */
 
 -- name: job_find_unique(kind, unique_key)
 SELECT id FROM __schema__.cyclone_runs
 WHERE name = :kind AND unique_key = :unique_key AND state = 'pending';
+
+-- fragment: submit_key_taken
+-- A submit key (submit_once, a schedule's slot) taken by a run in any state inserts nothing:
+-- the arbiter is idx_runs_submit_key, whose predicate this must repeat.
+ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
 
 -- fragment: workflow_nodes
 -- The CTEs between a workflow insert's run and its root tasks: one row of cyclone_steps per
@@ -135,7 +148,7 @@ WITH run AS (
         (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace)
     VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
             :deadline, :trace::jsonb)
-    ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
+    /* fragment: submit_key_taken */
     RETURNING r.id
 /* fragment: workflow_nodes */
 ), tasks AS (
@@ -159,7 +172,7 @@ WITH run AS (
          group_key)
     VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
             :deadline, :trace::jsonb, :group_key)
-    ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
+    /* fragment: submit_key_taken */
     RETURNING r.id
 /* fragment: workflow_nodes */
 ), tasks AS (

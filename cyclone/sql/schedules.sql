@@ -74,7 +74,7 @@ WITH run AS (
         (id, name, job, input, queue, key, nodes, remaining, priority, max_attempts)
     SELECT i.id, :kind, true, i.input::jsonb, :queue, i.key, 1, 1, :priority, :max_attempts
     FROM unnest(:ids::uuid[], :inputs::text[], :keys::text[]) AS i (id, input, key)
-    ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
+    /* fragment: submit_key_taken */
     RETURNING r.id, r.key
 ), task AS (
     INSERT INTO __schema__.cyclone_tasks (run_id, kind, queue, priority, max_attempts)
