@@ -33,6 +33,7 @@ from importlib.resources.abc import Traversable
 from cyclone._errors import InvalidNameError
 
 _HEADER = re.compile(r"^-- (name|fragment): (\w+)(?:\(([^)]*)\))?[ \t]*$", re.MULTILINE)
+_HEADER_LIKE = re.compile(r"^-- (?:name|fragment):.*$", re.MULTILINE)
 _INCLUDE = re.compile(r"/\* fragment: (\w+) \*/")
 # What a statement's text is made of, as far as parameters go: comments, strings and quoted
 # identifiers (left as they are), casts, named and positional parameters.
@@ -119,7 +120,12 @@ def parse_folder(folder: Traversable) -> dict[str, Statement]:
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue
-        parts = _HEADER.split(entry.read_text("utf-8"))
+        text = entry.read_text("utf-8")
+        headers = {m.start() for m in _HEADER.finditer(text)}
+        for like in _HEADER_LIKE.finditer(text):
+            if like.start() not in headers:  # else it would be read as a comment
+                raise SqlLoadError(f"{entry.name}: not a header: {like[0]!r}")
+        parts = _HEADER.split(text)
         # parts: [preamble, what1, name1, signature1, body1, what2, ...]
         for what, name, signature, body in zip(
             parts[1::4], parts[2::4], parts[3::4], parts[4::4], strict=True

@@ -130,6 +130,8 @@ def test_a_fragment_uses_the_parameters_of_the_statement_it_is_in(tmp_path: Path
         ("-- name: one(a,)\nSELECT :a;", "one: '' is not a parameter name"),
         ("-- name: one(a,\nb)\nSELECT :a, :b;", "one: its parameter list goes on over a line"),
         ("-- fragment: one(a)\nWHERE x = :a", "fragment one: its statements declare"),
+        ("-- name: one\nSELECT 1;\n-- name: two (a)\nSELECT :a;", "a.sql: not a header"),
+        ("-- name: one\nSELECT 1;\n-- name: two three\nSELECT 2;", "a.sql: not a header"),
     ],
 )
 def test_statements_the_loader_cannot_read_are_refused(
