@@ -1,5 +1,6 @@
 """The only package that sends SQL at run time: one typed function per named statement,
-one module per file of ``sql/`` (``insert.py`` sends ``sql/insert.sql``...).
+one module per file of ``sql/`` (``insert.py`` sends ``sql/insert.sql``...), and ``conn.py``:
+the connection type, the errors a statement may raise, and how a statement is sent.
 
 Each function takes the connection to run on and the client's :class:`~cyclone._sql.Queries`,
 then the statement's parameters, and passes them by name. Whether that connection is the
