@@ -338,7 +338,7 @@ class Client:
         cap = validate_int(at_most, what="at_most", low=1)
         args = search_args(query)
         async with self.services.database.acquire() as conn:
-            return await db.run_count(conn, self.queries, *args, cap, query.scan)
+            return await db.run_count(conn, self.queries, *args, cap=cap, scan=query.scan)
 
     async def throughput(self, *, minutes: int = 60) -> list[Throughput]:
         """Steps that ended per queue and minute over the last ``minutes`` (the current minute

@@ -188,7 +188,7 @@ class Runs:
         """The run with its nodes, edges, input and output."""
         q = self.database.queries
         async with self.database.acquire() as conn:
-            rows = await db.run_list(conn, q, run_id, None, None, None, None, None, None, 1)
+            rows = await db.run_list(conn, q, run_id, None, None, None, None, None, None, limit=1)
             if not rows:
                 raise RunNotFoundError(run_id)
             nodes = await db.run_nodes(conn, q, run_id)
@@ -254,7 +254,7 @@ class Runs:
         args = search_args(query)
         q = self.database.queries
         async with self.database.acquire() as conn:
-            rows = await db.run_search(conn, q, *args, limit + 1, query.scan)
+            rows = await db.run_search(conn, q, *args, limit=limit + 1, scan=query.scan)
             runs = [run_info(r) for r in rows[:limit]]
             if len(rows) > limit:
                 next_cursor: str | None = str(runs[-1].id)

@@ -310,7 +310,7 @@ class Schedules:
                     f"schedule {schedule.name!r} is declared in code: change its declaration "
                     "and deploy; update() changes dynamic schedules only"
                 )
-            await db.schedule_update(conn, self._client.queries, *row, schedule.name)
+            await db.schedule_update(conn, self._client.queries, *row, name=schedule.name)
 
         await self._change(schedule.name, change)
         return await self.get(schedule.name)

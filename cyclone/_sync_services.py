@@ -125,7 +125,7 @@ class SyncRuns:
         """What the run is and where it stands (as in ``client.list_runs``)."""
         with self.database.connection() as raw:
             rows = run_sync(
-                db.run_list(connect(raw), self.database.queries, run_id, *([None] * 6), 1)
+                db.run_list(connect(raw), self.database.queries, run_id, *([None] * 6), limit=1)
             )
         if not rows:
             raise RunNotFoundError(run_id)

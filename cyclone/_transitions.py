@@ -3,7 +3,7 @@
 Every function here runs on a connection already in a transaction. Workflow transitions take
 the run lock first (``run_lock_many``), so the statements after it see the run's current state
 and transitions of one run never interleave; job transitions are single statements that lock
-the task row before the run row (see the lock order in ``queries.sql``). What they return is
+the task row before the run row (see the lock order in ``sql/README.md``). What they return is
 what to publish after commit.
 """
 

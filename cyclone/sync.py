@@ -335,7 +335,9 @@ class Client:
         args = search_args(query)
         with self.services.database.connection() as raw:
             conn = connect(raw)
-            rows = run_sync(db.run_search(conn, self.queries, *args, limit + 1, query.scan))
+            rows = run_sync(
+                db.run_search(conn, self.queries, *args, limit=limit + 1, scan=query.scan)
+            )
             runs = [run_info(r) for r in rows[:limit]]
             if len(rows) > limit:
                 next_cursor: str | None = str(runs[-1].id)

@@ -3,7 +3,7 @@
 
 -- fragment: runs_matching
 -- The runs that match the filters, newest first: keyset pagination on the time-ordered id
--- ($5), every filter optional. The walk reads at most $9 runs from the cursor (NULL: no
+-- (:cursor), every filter optional. The walk reads at most :scan runs from the cursor (NULL: no
 -- bound), so a filter that few recent runs match stops early and the caller continues from
 -- where the walk ended. A queue matches a job by its queue and a workflow run by any of its
 -- nodes' queues. The sub-selects that look at a run's tasks and steps end in LIMIT 1 so that
@@ -11,68 +11,58 @@
 -- whole table.
 FROM (
     SELECT * FROM __schema__.cyclone_runs
-    WHERE ($5::uuid IS NULL OR id < $5)
+    WHERE (:cursor::uuid IS NULL OR id < :cursor)
     ORDER BY id DESC
-    LIMIT $9
+    LIMIT :scan
 ) r
-CROSS JOIN LATERAL (
-    SELECT CASE
-        WHEN r.state <> 'pending' THEN r.state
-        WHEN r.remaining < r.nodes THEN 'running'
-        WHEN (SELECT true FROM __schema__.cyclone_tasks t
-              WHERE t.run_id = r.id AND (t.state = 'running' OR t.attempt > 0) LIMIT 1)
-            THEN 'running'
-        ELSE 'pending' END AS state
-) live
-WHERE ($1::text IS NULL OR r.name = $1)
-  AND ($2::text IS NULL OR r.key = $2)
-  AND ($3::timestamptz IS NULL OR r.created_at >= $3)
-  AND ($4::timestamptz IS NULL OR r.created_at < $4)
-  AND ($6::text[] IS NULL OR live.state = ANY ($6))
-  AND ($7::text IS NULL OR CASE WHEN r.job THEN r.queue = $7
+CROSS JOIN LATERAL (SELECT /* fragment: reported_state */ AS state) live
+WHERE (:name::text IS NULL OR r.name = :name)
+  AND (:key::text IS NULL OR r.key = :key)
+  AND (:created_after::timestamptz IS NULL OR r.created_at >= :created_after)
+  AND (:created_before::timestamptz IS NULL OR r.created_at < :created_before)
+  AND (:states::text[] IS NULL OR live.state = ANY (:states))
+  AND (:queue::text IS NULL OR CASE WHEN r.job THEN r.queue = :queue
         ELSE (SELECT true FROM __schema__.cyclone_steps s
-              WHERE s.run_id = r.id AND s.queue = $7 LIMIT 1) END)
+              WHERE s.run_id = r.id AND s.queue = :queue LIMIT 1) END)
 
--- name: run_search
--- One page ($8 runs) of the runs matching the filters.
+-- name: run_search(name, key, created_after, created_before, cursor, states, queue, limit,
+--     scan)
+-- One page (:limit runs) of the runs matching the filters.
 SELECT r.id, r.name, r.job, r.key, r.created_at, r.finished_at, r.error::text AS error,
     live.state
 /* fragment: runs_matching */
 ORDER BY r.id DESC
-LIMIT $8;
+LIMIT :limit;
 
--- name: run_walk_end
--- Where a walk of $2 runs older than $1 (NULL: from the newest) ends: the last run it reads,
--- or NULL when fewer runs are left. Index-only on the primary key.
+-- name: run_walk_end(cursor, scan)
+-- Where a walk of :scan runs older than :cursor (NULL: from the newest) ends: the last run it
+-- reads, or NULL when fewer runs are left. Index-only on the primary key.
 SELECT id FROM __schema__.cyclone_runs
-WHERE ($1::uuid IS NULL OR id < $1)
+WHERE (:cursor::uuid IS NULL OR id < :cursor)
 ORDER BY id DESC
-OFFSET $2 - 1
+OFFSET :scan - 1
 LIMIT 1;
 
--- name: run_count
--- How many runs match the filters, counting at most $8.
+-- name: run_count(name, key, created_after, created_before, cursor, states, queue, limit, scan)
+-- How many runs match the filters, counting at most :limit.
 SELECT count(*)::int FROM (
     SELECT 1
     /* fragment: runs_matching */
-    LIMIT $8
+    LIMIT :limit
 ) matched;
 
--- name: run_payloads
+-- name: run_payloads(run_id)
 -- A run's input and output (a job's own, or a result workflow's result node's) as JSON text.
-SELECT r.input::text AS input,
-    CASE WHEN r.job THEN r.output::text
-         ELSE (SELECT s.output::text FROM __schema__.cyclone_steps s
-               WHERE s.run_id = r.id AND s.node = r.result_node) END AS output
-FROM __schema__.cyclone_runs r WHERE r.id = $1;
+SELECT r.input::text AS input, /* fragment: run_output */ AS output
+FROM __schema__.cyclone_runs r WHERE r.id = :run_id;
 
--- name: node_payloads
+-- name: node_payloads(run_id)
 -- Each node's queue, output and (for a wait node) signal payload, by node name.
 SELECT node, queue, output::text AS output, signal::text AS signal
-FROM __schema__.cyclone_steps WHERE run_id = $1 ORDER BY node;
+FROM __schema__.cyclone_steps WHERE run_id = :run_id ORDER BY node;
 
--- name: throughput_minutes
--- Steps that ended completed or failed per queue and minute over the last $1 minutes: jobs
+-- name: throughput_minutes(minutes)
+-- Steps that ended completed or failed per queue and minute over the last :minutes minutes: jobs
 -- from their runs (idx_runs_finished), workflow nodes from their steps (idx_steps_finished).
 SELECT queue, date_trunc('minute', finished_at) AS minute,
     count(*) FILTER (WHERE state = 'completed')::int AS completed,
@@ -80,11 +70,11 @@ SELECT queue, date_trunc('minute', finished_at) AS minute,
 FROM (
     SELECT queue, state, finished_at FROM __schema__.cyclone_runs
     WHERE state <> 'pending' AND state IN ('completed', 'failed') AND job
-      AND finished_at >= date_trunc('minute', now()) - make_interval(mins => $1 - 1)
+      AND finished_at >= date_trunc('minute', __now__) - make_interval(mins => :minutes - 1)
     UNION ALL
     SELECT queue, state, finished_at FROM __schema__.cyclone_steps
     WHERE state IN ('completed', 'failed') AND kind IS NOT NULL
-      AND finished_at >= date_trunc('minute', now()) - make_interval(mins => $1 - 1)
+      AND finished_at >= date_trunc('minute', __now__) - make_interval(mins => :minutes - 1)
 ) ended
 GROUP BY 1, 2
 ORDER BY 1, 2;

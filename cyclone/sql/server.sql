@@ -4,5 +4,5 @@
 -- name: server_backend_pid
 SELECT pg_backend_pid();
 
--- name: server_statement_exists
-SELECT EXISTS (SELECT FROM pg_prepared_statements WHERE name = $1);
+-- name: server_statement_exists(name)
+SELECT EXISTS (SELECT FROM pg_prepared_statements WHERE name = :name);

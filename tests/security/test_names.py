@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import cyclone
-from cyclone._sql import _QUERIES, Queries
+from cyclone._sql import _STATEMENTS, Queries
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.process import cli, one_line_error
 from tests.conftest import count_rows
@@ -45,8 +45,9 @@ async def test_a_bad_schema_name_through_the_cli(cyclone_env: CycloneEnv) -> Non
 
 def test_the_schema_name_is_the_only_text_put_into_sql() -> None:
     q = Queries("s_0")
-    for name, text in _QUERIES.items():
-        assert q[name] == text.replace("__schema__", '"s_0"')
+    for name, statement in _STATEMENTS.items():
+        default_clock = statement.sql.replace("__now__", "now()")
+        assert q[name] == default_clock.replace("__schema__", '"s_0"')
 
 
 async def test_the_longest_schema_name_keeps_its_channel(cyclone_env: CycloneEnv) -> None:

@@ -1,0 +1,97 @@
+"""The dashboard's read models (``sql/dashboard.sql``), each bounded."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+
+from cyclone._queries.conn import Conn, Record, fetch, fetchrow, fetchval
+from cyclone._sql import Queries
+
+
+async def run_search(
+    conn: Conn,
+    q: Queries,
+    name: str | None,
+    key: str | None,
+    created_after: dt.datetime | None,
+    created_before: dt.datetime | None,
+    cursor: uuid.UUID | None,
+    states: Sequence[str] | None,
+    queue: str | None,
+    *,
+    limit: int,
+    scan: int | None,
+) -> list[Record]:
+    """One page (``limit`` runs) matching the filters, newest first, within a walk of at
+    most ``scan`` runs from ``cursor``."""
+    return await fetch(
+        conn,
+        q,
+        "run_search",
+        name=name,
+        key=key,
+        created_after=created_after,
+        created_before=created_before,
+        cursor=cursor,
+        states=states,
+        queue=queue,
+        limit=limit,
+        scan=scan,
+    )
+
+
+async def run_walk_end(
+    conn: Conn, q: Queries, cursor: uuid.UUID | None, scan: int
+) -> uuid.UUID | None:
+    """The last run a walk of ``scan`` runs from ``cursor`` reads; None if fewer are left."""
+    found: uuid.UUID | None = await fetchval(conn, q, "run_walk_end", cursor=cursor, scan=scan)
+    return found
+
+
+async def run_count(
+    conn: Conn,
+    q: Queries,
+    name: str | None,
+    key: str | None,
+    created_after: dt.datetime | None,
+    created_before: dt.datetime | None,
+    cursor: uuid.UUID | None,
+    states: Sequence[str] | None,
+    queue: str | None,
+    *,
+    cap: int,
+    scan: int | None,
+) -> int:
+    """How many runs match the filters (as run_search), counting up to ``cap``."""
+    count: int = await fetchval(
+        conn,
+        q,
+        "run_count",
+        name=name,
+        key=key,
+        created_after=created_after,
+        created_before=created_before,
+        cursor=cursor,
+        states=states,
+        queue=queue,
+        limit=cap,
+        scan=scan,
+    )
+    return count
+
+
+async def run_payloads(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | None:
+    """A run's input and output as JSON text."""
+    return await fetchrow(conn, q, "run_payloads", run_id=run_id)
+
+
+async def node_payloads(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
+    """Each node's queue, output and signal payload."""
+    return await fetch(conn, q, "node_payloads", run_id=run_id)
+
+
+async def throughput_minutes(conn: Conn, q: Queries, minutes: int) -> list[Record]:
+    """Completed and failed steps per queue and minute over the last ``minutes``."""
+    return await fetch(conn, q, "throughput_minutes", minutes=minutes)

@@ -1,0 +1,233 @@
+"""Schedules (``sql/schedules.sql``): declared and dynamic schedules, and their firing.
+
+A ``now`` argument, where taken, stands for the database's clock when not None (tests).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from cyclone._queries.conn import Conn, Record, execute, fetch, fetchrow, fetchval
+from cyclone._sql import Queries
+
+# The columns of schedule_declare_many, one array each, in the order of a declared row.
+_DECLARED = (
+    "names",
+    "targets",
+    "jobs",
+    "crons",
+    "everys",
+    "start_ats",
+    "tzs",
+    "catch_ups",
+    "windows",
+    "overlaps",
+    "inputs",
+    "next_ats",
+)
+
+
+async def schedule_declare_many(
+    conn: Conn, q: Queries, lease: float, rows: list[tuple[Any, ...]]
+) -> None:
+    """Upsert declared schedules; ``rows`` are (name, target, job, cron, every, start, tz,
+    catch_up, window, overlap, input, next_at) tuples."""
+    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in _DECLARED]
+    await execute(
+        conn, q, "schedule_declare_many", lease=lease, **dict(zip(_DECLARED, columns, strict=True))
+    )
+
+
+async def schedule_refresh(conn: Conn, q: Queries, lease: float, declared: list[str]) -> None:
+    """Extend the declarations of ``declared`` by ``lease`` seconds from now."""
+    await execute(conn, q, "schedule_refresh", lease=lease, declared=declared)
+
+
+async def schedule_next_due(
+    conn: Conn, q: Queries, declared: list[str], targets: list[str], now: dt.datetime | None
+) -> Record:
+    """The first due schedule, deadline and wait timeout, and the database's clock."""
+    row = await fetchrow(conn, q, "schedule_next_due", declared=declared, targets=targets, now=now)
+    assert row is not None  # a SELECT of aggregates always returns its one row
+    return row
+
+
+async def schedule_claim_due(
+    conn: Conn,
+    q: Queries,
+    declared: list[str],
+    targets: list[str],
+    now: dt.datetime | None,
+    limit: int,
+) -> list[Record]:
+    """Lock the due schedules this worker fires (inside the caller's transaction)."""
+    return await fetch(
+        conn, q, "schedule_claim_due", now=now, declared=declared, targets=targets, limit=limit
+    )
+
+
+async def schedule_job_insert_many(
+    conn: Conn,
+    q: Queries,
+    *,
+    kind: str,
+    queue: str,
+    priority: int,
+    max_attempts: int,
+    ids: Sequence[uuid.UUID],
+    inputs: Sequence[str],
+    keys: Sequence[str],
+) -> list[Record]:
+    """Insert keyed jobs; returns (id, key) of those inserted (a taken key inserts nothing)."""
+    return await fetch(
+        conn,
+        q,
+        "schedule_job_insert_many",
+        kind=kind,
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        ids=ids,
+        inputs=inputs,
+        keys=keys,
+    )
+
+
+async def schedule_advance(
+    conn: Conn,
+    q: Queries,
+    name: str,
+    *,
+    next_at: dt.datetime,
+    last_slot: dt.datetime | None,
+    last_run_id: uuid.UUID | None,
+    triggered_at: dt.datetime | None,
+) -> None:
+    """Record a firing pass of ``name``."""
+    await execute(
+        conn,
+        q,
+        "schedule_advance",
+        name=name,
+        next_at=next_at,
+        last_slot=last_slot,
+        last_run_id=last_run_id,
+        triggered_at=triggered_at,
+    )
+
+
+async def schedule_list(conn: Conn, q: Queries, name: str | None) -> list[Record]:
+    """Every stored schedule (or the one named), by name."""
+    return await fetch(conn, q, "schedule_list", name=name)
+
+
+async def schedule_lock(conn: Conn, q: Queries, name: str) -> Record | None:
+    """Lock one schedule's row for a change; None if there is none."""
+    return await fetchrow(conn, q, "schedule_lock", name=name)
+
+
+async def schedule_set_paused(
+    conn: Conn, q: Queries, name: str, paused: bool, next_at: dt.datetime | None
+) -> None:
+    """Pause or resume ``name`` (resuming at ``next_at``)."""
+    await execute(conn, q, "schedule_set_paused", name=name, paused=paused, next_at=next_at)
+
+
+async def schedule_trigger(conn: Conn, q: Queries, name: str) -> dt.datetime | None:
+    """Ask for a run of ``name`` now; the trigger's time, or None without such a schedule."""
+    at: dt.datetime | None = await fetchval(conn, q, "schedule_trigger", name=name)
+    return at
+
+
+async def schedule_create(
+    conn: Conn,
+    q: Queries,
+    name: str,
+    target: str,
+    job: bool,
+    cron: str | None,
+    every: dt.timedelta | None,
+    start_at: dt.datetime | None,
+    tz: str,
+    catch_up: str,
+    catch_up_window: dt.timedelta | None,
+    overlap: str,
+    input: str | None,
+    next_at: dt.datetime,
+) -> bool:
+    """Insert a dynamic schedule; False when the name is taken."""
+    created = await fetchval(
+        conn,
+        q,
+        "schedule_create",
+        name=name,
+        **_definition(
+            target, job, cron, every, start_at, tz, catch_up, catch_up_window, overlap, input
+        ),
+        next_at=next_at,
+    )
+    return created is not None
+
+
+async def schedule_update(
+    conn: Conn,
+    q: Queries,
+    target: str,
+    job: bool,
+    cron: str | None,
+    every: dt.timedelta | None,
+    start_at: dt.datetime | None,
+    tz: str,
+    catch_up: str,
+    catch_up_window: dt.timedelta | None,
+    overlap: str,
+    input: str | None,
+    next_at: dt.datetime,
+    *,
+    name: str,
+) -> None:
+    """Replace a dynamic schedule's definition (locked by the caller)."""
+    await execute(
+        conn,
+        q,
+        "schedule_update",
+        name=name,
+        **_definition(
+            target, job, cron, every, start_at, tz, catch_up, catch_up_window, overlap, input
+        ),
+        next_at=next_at,
+    )
+
+
+def _definition(
+    target: str,
+    job: bool,
+    cron: str | None,
+    every: dt.timedelta | None,
+    start_at: dt.datetime | None,
+    tz: str,
+    catch_up: str,
+    catch_up_window: dt.timedelta | None,
+    overlap: str,
+    input: str | None,
+) -> dict[str, object]:
+    return {
+        "target": target,
+        "job": job,
+        "cron": cron,
+        "every": every,
+        "start_at": start_at,
+        "tz": tz,
+        "catch_up": catch_up,
+        "catch_up_window": catch_up_window,
+        "overlap": overlap,
+        "input": input,
+    }
+
+
+async def schedule_delete(conn: Conn, q: Queries, name: str) -> None:
+    """Delete one schedule (locked by the caller)."""
+    await execute(conn, q, "schedule_delete", name=name)

@@ -1,0 +1,199 @@
+-- The insert path: standalone jobs and workflow runs, inserted in one statement each (in the
+-- caller's transaction or on their own), and the wakeups sent once they are committed.
+-- Work with a group key (the group= option) goes through the *_grouped statements, the same
+-- but for the group key on the run and its tasks; work without one goes through the others,
+-- which write no column of migration 0008, so that a client upgraded before `migrate` still
+-- enqueues.
+
+-- name: sequence_lock(kind, sequence)
+-- Enqueuers of one sequence take turns until commit, so task ids (the sequence order) are
+-- handed out in commit order and a claim never sees a later id before an earlier one.
+SELECT pg_advisory_xact_lock(1668899693, hashtext(:kind || chr(31) || :sequence));
+
+-- name: job_insert_many(ids, inputs, kind, queue, priority, process_at, max_attempts, sequence,
+--     deadline, trace, channel, payload)
+-- Standalone jobs: a run row and a task row each, tasks in input order (the sequence order).
+-- :payload, when not NULL, is a wakeup to NOTIFY on :channel at the statement's commit: only
+-- ever for an insert that commits on its own (Cyclone's autocommit statement, never a
+-- caller's transaction), which saves the wakeup a statement and a connection of its own.
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs
+        (id, name, job, input, queue, nodes, remaining, priority, max_attempts, deadline, trace)
+    SELECT i.id, :kind, true, i.input::jsonb, :queue, 1, 1, :priority, :max_attempts, :deadline,
+           :trace::jsonb
+    FROM unnest(:ids::uuid[], :inputs::text[]) AS i (id, input)
+), task AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
+    SELECT i.id, :kind, :queue, :priority, coalesce(:process_at, __now__), :max_attempts,
+           :sequence
+    FROM unnest(:ids::uuid[]) WITH ORDINALITY AS i (id, ord)
+    ORDER BY i.ord
+)
+SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL;
+
+-- name: job_insert_many_grouped(ids, inputs, kind, queue, priority, process_at, max_attempts,
+--     sequence, deadline, trace, channel, payload, group_key)
+-- job_insert_many, and :group_key the group key: on the run, and on each task.
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs
+        (id, name, job, input, queue, nodes, remaining, priority, max_attempts, deadline, trace,
+         group_key)
+    SELECT i.id, :kind, true, i.input::jsonb, :queue, 1, 1, :priority, :max_attempts, :deadline,
+           :trace::jsonb, :group_key
+    FROM unnest(:ids::uuid[], :inputs::text[]) AS i (id, input)
+), task AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key, group_key)
+    SELECT i.id, :kind, :queue, :priority, coalesce(:process_at, __now__), :max_attempts,
+           :sequence, coalesce(:group_key, '')
+    FROM unnest(:ids::uuid[]) WITH ORDINALITY AS i (id, ord)
+    ORDER BY i.ord
+)
+SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL;
+
+-- fragment: unique_key_held
+-- A unique key held by an active (pending) run inserts nothing: the arbiter is
+-- idx_runs_unique_key, whose predicate this must repeat. ON CONFLICT keeps the caller's
+-- transaction usable where an error would abort it.
+ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
+DO NOTHING
+
+-- fragment: job_inserted_wakeup
+-- The end of a unique job's insert: how many jobs it inserted (0 or 1), and the wakeup
+-- (:payload on :channel, at commit) only if it inserted one.
+SELECT c.n, (SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL AND c.n > 0)
+FROM (SELECT count(*)::int AS n FROM run) c;
+
+-- name: job_insert_unique(id, input, kind, queue, priority, process_at, max_attempts, sequence,
+--     deadline, trace, channel, payload, unique_key)
+-- One standalone job with a :unique_key (the rest as job_insert_many, for one job, and the
+-- wakeup only if it was inserted). A key held by an active run inserts nothing.
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
+         deadline, trace)
+    VALUES (:id, :kind, true, :input::jsonb, :queue, :unique_key, 1, 1, :priority, :max_attempts,
+            :deadline, :trace::jsonb)
+    /* fragment: unique_key_held */
+    RETURNING r.id
+), task AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
+    SELECT id, :kind, :queue, :priority, coalesce(:process_at, __now__), :max_attempts, :sequence
+    FROM run
+)
+/* fragment: job_inserted_wakeup */
+
+-- name: job_insert_unique_grouped(id, input, kind, queue, priority, process_at, max_attempts,
+--     sequence, deadline, trace, channel, payload, unique_key, group_key)
+-- job_insert_unique, and :group_key the group key: on the run, and on its task.
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
+         deadline, trace, group_key)
+    VALUES (:id, :kind, true, :input::jsonb, :queue, :unique_key, 1, 1, :priority, :max_attempts,
+            :deadline, :trace::jsonb, :group_key)
+    /* fragment: unique_key_held */
+    RETURNING r.id
+), task AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key, group_key)
+    SELECT id, :kind, :queue, :priority, coalesce(:process_at, __now__), :max_attempts, :sequence,
+           coalesce(:group_key, '')
+    FROM run
+)
+/* fragment: job_inserted_wakeup */
+
+-- name: job_find_unique(kind, unique_key)
+SELECT id FROM __schema__.cyclone_runs
+WHERE name = :kind AND unique_key = :unique_key AND state = 'pending';
+
+-- fragment: submit_key_taken
+-- A submit key (submit_once, a schedule's slot) taken by a run in any state inserts nothing:
+-- the arbiter is idx_runs_submit_key, whose predicate this must repeat.
+ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
+
+-- fragment: workflow_nodes
+-- The CTEs between a workflow insert's run and its root tasks: one row of cyclone_steps per
+-- node (the node_* arrays, one element per node), one of cyclone_edges per edge.
+), node AS (
+    SELECT * FROM unnest(:node_names::text[], :node_kinds::text[], :node_queues::text[],
+                         :node_max_attempts::int[], :node_deps::int[],
+                         :node_wait_timeouts::float8[])
+        AS n (node, kind, queue, max_attempts, deps, wait_timeout)
+), steps AS (
+    INSERT INTO __schema__.cyclone_steps
+        (run_id, node, kind, queue, priority, max_attempts, state, pending_deps,
+         wait_timeout, wait_until)
+    SELECT run.id, n.node, n.kind, n.queue, :priority, n.max_attempts,
+           CASE WHEN n.deps > 0 THEN 'pending'
+                WHEN n.kind IS NULL THEN 'waiting' ELSE 'queued' END,
+           n.deps, n.wait_timeout,
+           CASE WHEN n.deps = 0 AND n.kind IS NULL
+                THEN __now__ + make_interval(secs => n.wait_timeout) END
+    FROM run, node n
+), edges AS (
+    INSERT INTO __schema__.cyclone_edges (run_id, parent, child)
+    SELECT run.id, e.parent, e.child
+    FROM run, unnest(:edge_parents::text[], :edge_children::text[]) AS e (parent, child)
+
+-- name: workflow_insert(id, name, input, result_node, key, nodes, deadline, priority,
+--     process_at, node_names, node_kinds, node_queues, node_max_attempts, node_deps,
+--     node_wait_timeouts, edge_parents, edge_children, trace)
+-- A workflow run, its steps and its edges in one statement; roots get tasks (or wait).
+-- A key already taken inserts nothing (submit_once then compares inputs).
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace)
+    VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
+            :deadline, :trace::jsonb)
+    /* fragment: submit_key_taken */
+    RETURNING r.id
+/* fragment: workflow_nodes */
+), tasks AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, available_at, max_attempts)
+    SELECT run.id, n.node, n.kind, n.queue, :priority, coalesce(:process_at, __now__),
+           n.max_attempts
+    FROM run, node n
+    WHERE n.deps = 0 AND n.kind IS NOT NULL
+)
+SELECT id FROM run;
+
+-- name: workflow_insert_grouped(id, name, input, result_node, key, nodes, deadline, priority,
+--     process_at, node_names, node_kinds, node_queues, node_max_attempts, node_deps,
+--     node_wait_timeouts, edge_parents, edge_children, trace, group_key)
+-- workflow_insert, and :group_key the group key: on the run (for the nodes queued later: see
+-- node_advance), and on each root node's task.
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace,
+         group_key)
+    VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
+            :deadline, :trace::jsonb, :group_key)
+    /* fragment: submit_key_taken */
+    RETURNING r.id
+/* fragment: workflow_nodes */
+), tasks AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, available_at, max_attempts, group_key)
+    SELECT run.id, n.node, n.kind, n.queue, :priority, coalesce(:process_at, __now__),
+           n.max_attempts, coalesce(:group_key, '')
+    FROM run, node n
+    WHERE n.deps = 0 AND n.kind IS NOT NULL
+)
+SELECT id FROM run;
+
+-- name: workflow_find_key(name, key, input)
+-- submit_once's slow path: the key's run, and whether its input equals this call's as jsonb.
+SELECT id, input = :input::jsonb AS same_input, result_node
+FROM __schema__.cyclone_runs WHERE name = :name AND key = :key;
+
+-- name: wakeup_notify(channel, payloads)
+-- One NOTIFY per payload, sent by Cyclone on its own connection, never in a caller's
+-- transaction. Its commit need not wait for the WAL flush: a notification is a hint that
+-- no crash has to keep, and the server serializes notifying commits until they are done.
+SELECT pg_notify(:channel, p)
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit,
+     unnest(:payloads::text[]) AS p;
