@@ -248,7 +248,7 @@ class Completer:
     ) -> tuple[Accepted, Effects]:
         """Complete workflow nodes and advance their runs (in the caller's transaction)."""
         await db.run_lock_many(conn, self._q, [o.claimed.run_id for o in outcomes])
-        rows = await db.node_finish_many(conn, self._q, *_completion_columns(outcomes))
+        rows = await db.node_complete_many(conn, self._q, *_completion_columns(outcomes))
         effects = await _transitions.advance(
             conn, self._q, [r["run_id"] for r in rows], [r["node"] for r in rows]
         )

@@ -77,7 +77,8 @@ class Producer:
         self._last_claim_full = False
         self._held_back = False  # the completer's buffer had no room at the last look
         # Flow control: the last claim was held back by a limit, and may try again in
-        # retry_in seconds (0: at once; None: when a task ends). See ClaimedRows in _queries/claim.py.
+        # retry_in seconds (0: at once; None: when a task ends). See ClaimedRows in
+        # _queries/claim.py.
         self._held = False
         self._retry_in: float | None = None
         self._missed = False  # a wakeup came while a claim was in flight

@@ -211,7 +211,7 @@ class Runs:
     async def payloads(self, run_id: uuid.UUID) -> RunPayloads:
         """The run's input and output, and each node's output and signal payload."""
         async with self.database.acquire() as conn:
-            row = await db.run_payloads(conn, self.database.queries, run_id)
+            row = await db.run_payload(conn, self.database.queries, run_id)
             if row is None:
                 raise RunNotFoundError(run_id)
             nodes = await db.node_payloads(conn, self.database.queries, run_id)

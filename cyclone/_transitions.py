@@ -71,7 +71,7 @@ async def finish_waits(
 ) -> Effects:
     """Complete reachable wait nodes that have their signal, and advance past them (runs
     locked by the caller)."""
-    finished = await db.wait_finish_many(conn, q, run_ids, nodes)
+    finished = await db.wait_complete_many(conn, q, run_ids, nodes)
     return await advance(conn, q, [r["run_id"] for r in finished], [r["node"] for r in finished])
 
 
@@ -136,7 +136,7 @@ async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> 
         raise InvalidStateError(f"run {run_id} is {state}; only a failed run can be retried")
     reopened = await db.run_reopen(conn, q, run_id, node)
     if node is not None and reopened["reset"] == 0:
-        if await db.step_get(conn, q, run_id, node) is None:
+        if await db.node_get(conn, q, run_id, node) is None:
             raise UnknownNodeError(f"run {run_id} has no node {node!r}", node)
         raise InvalidStateError(f"node {node!r} of run {run_id} has not failed")
     if not reopened["reopened"]:
@@ -159,7 +159,7 @@ async def signal(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: 
         raise InvalidStateError(f"run {run_id} is {state}; it takes no more signals")
     node_state = await db.wait_signal(conn, q, run_id, node, payload)
     if node_state is None:
-        step = await db.step_get(conn, q, run_id, node)
+        step = await db.node_get(conn, q, run_id, node)
         if step is None:
             raise UnknownNodeError(f"run {run_id} has no node {node!r}", node)
         if step["kind"] is not None:

@@ -18,14 +18,13 @@ from cyclone._queries.complete import (
     attempts_released,
     job_complete_many,
     last_attempt_fail,
-    node_finish_many,
+    node_complete_many,
     task_retry_many,
 )
 from cyclone._queries.conn import DATABASE_ERRORS, RETRYABLE_ERRORS, Conn, Record
 from cyclone._queries.dashboard import (
     node_payloads,
     run_count,
-    run_payloads,
     run_search,
     run_walk_end,
     throughput_minutes,
@@ -93,12 +92,12 @@ from cyclone._queries.schema import migrations_applied, migrations_apply
 from cyclone._queries.server import server_backend_pid, server_statement_exists
 from cyclone._queries.workflow import (
     node_advance,
+    node_get,
     run_fail,
     run_lock_many,
     run_release,
     run_reopen,
-    step_get,
-    wait_finish_many,
+    wait_complete_many,
     wait_signal,
 )
 
@@ -123,7 +122,8 @@ __all__ = [
     "migrations_applied",
     "migrations_apply",
     "node_advance",
-    "node_finish_many",
+    "node_complete_many",
+    "node_get",
     "node_payloads",
     "queue_known",
     "queue_limits_set",
@@ -139,7 +139,6 @@ __all__ = [
     "run_lock_many",
     "run_nodes",
     "run_payload",
-    "run_payloads",
     "run_purge",
     "run_release",
     "run_reopen",
@@ -167,7 +166,6 @@ __all__ = [
     "server_statement_exists",
     "stats_queues",
     "stats_unserved",
-    "step_get",
     "task_claim",
     "task_expired_exhausted",
     "task_heartbeat",
@@ -175,9 +173,9 @@ __all__ = [
     "task_reclaim",
     "task_retry_many",
     "throughput_minutes",
+    "wait_complete_many",
     "wait_expire",
     "wait_expire_due",
-    "wait_finish_many",
     "wait_signal",
     "wakeup_notify",
     "worker_leave",

@@ -26,7 +26,7 @@ async def job_complete_many(
     )
 
 
-async def node_finish_many(
+async def node_complete_many(
     conn: Conn,
     q: Queries,
     run_ids: Sequence[uuid.UUID],
@@ -36,7 +36,7 @@ async def node_finish_many(
 ) -> list[Record]:
     """Record completed workflow nodes whose attempts still own their tasks."""
     return await fetch(
-        conn, q, "node_finish_many", run_ids=run_ids, ids=ids, claims=claims, outputs=outputs
+        conn, q, "node_complete_many", run_ids=run_ids, ids=ids, claims=claims, outputs=outputs
     )
 
 

@@ -6,7 +6,7 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 
-from cyclone._queries.conn import Conn, Record, fetch, fetchrow, fetchval
+from cyclone._queries.conn import Conn, Record, fetch, fetchval
 from cyclone._sql import Queries
 
 
@@ -80,11 +80,6 @@ async def run_count(
         scan=scan,
     )
     return count
-
-
-async def run_payloads(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | None:
-    """A run's input and output as JSON text."""
-    return await fetchrow(conn, q, "run_payloads", run_id=run_id)
 
 
 async def node_payloads(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:

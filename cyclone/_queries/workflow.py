@@ -25,11 +25,11 @@ async def node_advance(
     return await fetch(conn, q, "node_advance", run_ids=run_ids, nodes=nodes)
 
 
-async def wait_finish_many(
+async def wait_complete_many(
     conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
 ) -> list[Record]:
     """Complete signalled, reachable wait nodes."""
-    return await fetch(conn, q, "wait_finish_many", run_ids=run_ids, nodes=nodes)
+    return await fetch(conn, q, "wait_complete_many", run_ids=run_ids, nodes=nodes)
 
 
 async def wait_signal(
@@ -42,9 +42,9 @@ async def wait_signal(
     return state
 
 
-async def step_get(conn: Conn, q: Queries, run_id: uuid.UUID, node: str) -> Record | None:
+async def node_get(conn: Conn, q: Queries, run_id: uuid.UUID, node: str) -> Record | None:
     """A node's kind and whether it was signalled."""
-    return await fetchrow(conn, q, "step_get", run_id=run_id, node=node)
+    return await fetchrow(conn, q, "node_get", run_id=run_id, node=node)
 
 
 async def run_release(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:

@@ -32,7 +32,7 @@ FROM done d
 WHERE r.id = d.run_id AND r.state = 'pending' AND r.id = ANY (ARRAY(SELECT run_id FROM done))
 RETURNING d.id, d.claims, r.id AS run_id;
 
--- name: node_finish_many(run_ids, ids, claims, outputs)
+-- name: node_complete_many(run_ids, ids, claims, outputs)
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
 /* fragment: fenced_completions */
     RETURNING t.id, t.claims, t.run_id, t.node, t.attempt, t.errors, f.output

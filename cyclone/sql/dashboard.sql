@@ -51,11 +51,6 @@ SELECT count(*)::int FROM (
     LIMIT :limit
 ) matched;
 
--- name: run_payloads(run_id)
--- A run's input and output (a job's own, or a result workflow's result node's) as JSON text.
-SELECT r.input::text AS input, /* fragment: run_output */ AS output
-FROM __schema__.cyclone_runs r WHERE r.id = :run_id;
-
 -- name: node_payloads(run_id)
 -- Each node's queue, output and (for a wait node) signal payload, by node name.
 SELECT node, queue, output::text AS output, signal::text AS signal

@@ -30,7 +30,8 @@ SELECT r.state, r.job, r.result_node, r.error::text AS error,
 FROM __schema__.cyclone_runs r WHERE r.id = :run_id;
 
 -- name: run_payload(run_id)
--- A run's input and output for run.info().
+-- A run's input and output (a job's own, or a result workflow's result node's) as JSON
+-- text: for run.info() and the dashboard.
 SELECT r.input::text AS input, /* fragment: run_output */ AS output
 FROM __schema__.cyclone_runs r WHERE r.id = :run_id;
 

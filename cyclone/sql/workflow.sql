@@ -64,7 +64,7 @@ FROM released WHERE state = 'waiting' AND pending_deps = 0 AND signalled
 UNION ALL
 SELECT 'ended', state, id, NULL FROM counted WHERE state <> 'pending';
 
--- name: wait_finish_many(run_ids, nodes)
+-- name: wait_complete_many(run_ids, nodes)
 -- Signalled wait nodes complete with their signal as output.
 UPDATE __schema__.cyclone_steps s
 SET state = 'completed', output = s.signal, wait_until = NULL, finished_at = __now__
@@ -78,7 +78,7 @@ UPDATE __schema__.cyclone_steps SET signal = :payload::jsonb
 WHERE run_id = :run_id AND node = :node AND kind IS NULL AND signal IS NULL
 RETURNING state;
 
--- name: step_get(run_id, node)
+-- name: node_get(run_id, node)
 SELECT kind, signal IS NOT NULL AS signalled FROM __schema__.cyclone_steps
 WHERE run_id = :run_id AND node = :node;
 

@@ -61,7 +61,7 @@ async def test_claim_heartbeat_and_completion_plans(cyclone_env: CycloneEnv) -> 
     for name, args in [
         ("task_heartbeat", ([run], [task], [1], 30.0)),
         ("job_complete_many", ([run], [task], [1], ["null"])),
-        ("node_finish_many", ([run], [task], [1], ["null"])),
+        ("node_complete_many", ([run], [task], [1], ["null"])),
         ("task_retry_many", ([run], [task], [1], [0.0], [None], [False])),
         ("task_reclaim", (100,)),
         ("job_fail", (run, task, 1, "{}", False)),
@@ -108,7 +108,7 @@ async def test_outcome_writes_find_tasks_by_key_with_many_running(
     )
     for name, args in [
         ("job_complete_many", (run_ids, ids, claims, ["null"] * 100)),
-        ("node_finish_many", (run_ids, ids, claims, ["null"] * 100)),
+        ("node_complete_many", (run_ids, ids, claims, ["null"] * 100)),
         ("task_heartbeat", (run_ids, ids, claims, 30.0)),
         ("task_retry_many", (run_ids, ids, claims, [0.0] * 100, [None] * 100, [False] * 100)),
     ]:

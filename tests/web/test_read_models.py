@@ -140,7 +140,7 @@ async def test_dashboard_plans(cyclone_env: CycloneEnv) -> None:
         plan = await explain(cyclone_env, name, *args)
         assert "cyclone_runs_pkey" in plan or "idx_runs_submit_key" in plan, (name, plan)
         assert "seq:cyclone_runs" not in plan and "seq:cyclone_steps" not in plan, (name, plan)
-    for name in ("run_payloads", "node_payloads"):
+    for name in ("run_payload", "node_payloads"):
         plan = await explain(cyclone_env, name, run)
         assert not {p for p in plan if p.startswith("seq:")}, (name, plan)
     plan = await explain(cyclone_env, "throughput_minutes", 60)
