@@ -54,6 +54,25 @@ class Claimed:
     trace: str | None = None
     worker: str = ""
 
+    @classmethod
+    def from_row(cls, row: asyncpg.Record, *, queue: str, worker: str) -> Claimed:
+        """The attempt a row of ``task_claim`` stands for, claimed from ``queue`` by ``worker``."""
+        return cls(
+            id=row["id"],
+            run_id=row["run_id"],
+            node=row["node"],
+            kind=row["kind"],
+            queue=queue,
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            claims=row["claims"],
+            run_name=row["name"],
+            input=row["input"],
+            deps=row["deps"],
+            trace=row["trace"],
+            worker=worker,
+        )
+
     def __str__(self) -> str:
         """``attempt 2/5 of order.reserve (run ..., node reserve)``, for log messages."""
         return describe_attempt(self.attempt, self.max_attempts, self.kind, self.run_id, self.node)

@@ -15,9 +15,7 @@ completer while the slot runs another attempt.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import random
 import time
 from collections.abc import Sequence
 
@@ -27,6 +25,7 @@ from cyclone._completer import Completer
 from cyclone._database import Database
 from cyclone._executor import Executor
 from cyclone._leases import LeaseKeeper
+from cyclone._loops import jittered, wait_woken
 from cyclone._observe import Observers
 
 logger = logging.getLogger("cyclone")
@@ -126,12 +125,10 @@ class Producer:
             # Woken while a claim was in flight that may have begun before the work it was
             # woken for committed: claim again once that claim is back.
             self._missed = self._missed or (not started and bool(self._claims))
-            timeout = self._poll_interval * random.uniform(0.8, 1.0)
+            timeout = jittered(self._poll_interval)
             if self._held and self._retry_in:  # flow control: the next token is due then
                 timeout = min(timeout, self._retry_in)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
-                    await self._wake.wait()
+            await wait_woken(self._wake, timeout)
         await asyncio.gather(*self._claims, return_exceptions=True)
 
     async def _claim(self, limit: int) -> None:
@@ -171,21 +168,7 @@ class Producer:
             )
             loop = asyncio.get_running_loop()
             for row in rows:
-                claimed = Claimed(
-                    id=row["id"],
-                    run_id=row["run_id"],
-                    node=row["node"],
-                    kind=row["kind"],
-                    queue=self.name,
-                    attempt=row["attempt"],
-                    max_attempts=row["max_attempts"],
-                    claims=row["claims"],
-                    run_name=row["name"],
-                    input=row["input"],
-                    deps=row["deps"],
-                    trace=row["trace"],
-                    worker=self._worker_id,
-                )
+                claimed = Claimed.from_row(row, queue=self.name, worker=self._worker_id)
                 self._running += 1
                 task = loop.create_task(self._attempt(claimed), name=f"cyclone-task-{claimed.id}")
                 self._leases.hold(claimed, task)

@@ -38,19 +38,7 @@ async def claim(env: CycloneEnv, step: cyclone.Step[int, int], worker: str = "w"
         [row] = await db.task_claim(
             conn, env.client.queries, step.queue, [step.name], 1, 30.0, worker, []
         )
-    return Claimed(
-        id=row["id"],
-        run_id=row["run_id"],
-        node=None,
-        kind=step.name,
-        queue=step.queue,
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        claims=row["claims"],
-        run_name=row["name"],
-        input=row["input"],
-        deps=None,
-    )
+    return Claimed.from_row(row, queue=step.queue, worker="")
 
 
 async def claimed_with_expired_lease(env: CycloneEnv) -> tuple[cyclone.ResultRun[int], Claimed]:
