@@ -1,5 +1,6 @@
 """The package's shape, read from its source with ``ast``: no import cycle among Cyclone's
-modules, and no module reaching into another object's private members.
+modules, no module reaching into another object's private members, and no module (or SQL
+file) too long to read at once.
 
 Imports are counted wherever they stand, at module level and inside functions (the lazy
 imports of optional extras), except under ``if TYPE_CHECKING:``: the public signatures name
@@ -155,3 +156,14 @@ def test_every_allowed_private_use_is_still_there(allowed: tuple[str, str]) -> N
     module, expression = allowed
     used = {ast.unparse(n) for n in ast.walk(MODULES[module]) if isinstance(n, ast.Attribute)}
     assert expression in used, f"{module} no longer uses {expression}: drop it from ALLOWED"
+
+
+# A module a reader can hold in mind at once. The SQL files follow the same rule.
+MAX_LINES = 420
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")) + sorted(PACKAGE.rglob("*.sql")))
+def test_every_module_is_short(path: pathlib.Path) -> None:
+    lines = len(path.read_text().splitlines())
+    where = path.relative_to(PACKAGE.parent)
+    assert lines <= MAX_LINES, f"{where} has {lines} lines: split it by what its parts do"
