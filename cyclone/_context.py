@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
 
 import asyncpg
 import msgspec
@@ -14,7 +14,6 @@ from cyclone import _codec
 from cyclone import _queries as db
 from cyclone._database import Database
 from cyclone._errors import ContextError, UnknownNodeError
-from cyclone._recorder import TxRecorder
 from cyclone._wakeups import TrackedConnection, Tx, Wakeups
 
 if TYPE_CHECKING:
@@ -32,6 +31,20 @@ class Snooze(Exception):
     def __init__(self, delay: float = 0.0) -> None:
         super().__init__(f"snoozed for {delay} s")
         self.delay = float(delay)
+
+
+class Completion(Protocol):
+    """What a context's completion transaction is: :class:`CompletionTx` in a worker, the
+    test kit's ``TxRecorder`` in a unit test."""
+
+    async def open(self) -> Any:
+        """Begin it (once); the connection to pass as ``tx``."""
+        ...
+
+    @property
+    def connection(self) -> Any:
+        """The connection a handler writes on (after :meth:`open`)."""
+        ...
 
 
 class CompletionTx:
@@ -167,7 +180,7 @@ class Context:
         queue: str,
         outputs: dict[str, Any] | None = None,
         output_types: dict[str, Any] | None = None,
-        completion: CompletionTx | TxRecorder | None = None,
+        completion: Completion | None = None,
         scope: HandlerScope | None = None,
     ) -> None:
         self.client = client
@@ -199,11 +212,8 @@ class Context:
         self._check("completion_tx()")
         if self._completion is None:
             raise ContextError("this context has no completion transaction")
-        if isinstance(self._completion, TxRecorder):
-            # The recorder stands in for the connection; it has the methods handlers call.
-            return cast("asyncpg.pool.PoolConnectionProxy", self._completion)
         await self._completion.open()
-        return self._completion.connection
+        return cast("asyncpg.pool.PoolConnectionProxy", self._completion.connection)
 
     # Internal, for cyclone.enqueue_completion and submit_completion (no docstring, so the
     # reference leaves it out): the completion transaction as a tracked connection, whose
@@ -212,7 +222,7 @@ class Context:
         self._check("a completion enqueue")
         if self._completion is None:
             raise ContextError("this context has no completion transaction")
-        # The insert path recognises a recorder and records instead of writing.
+        # A recorder provides its own insert target: it records instead of writing.
         return cast("Tx", await self._completion.open())
 
     @overload

@@ -14,14 +14,14 @@ The targets live in ``cyclone._targets``:
   tracked one, a completion transaction, a SQLAlchemy session); never begins, commits or rolls
   it back, and hands the wakeup to the transaction's tracker, if it has one, for after commit.
 - the synchronous client's targets (``cyclone.sync``) run the same coroutines on psycopg.
-- :class:`~cyclone._recorder.TxRecorder` records plans instead of writing them.
+- a ``tx`` that provides its own target (:class:`~cyclone._targets.ProvidesTarget`): the
+  test kit's ``TxRecorder`` records plans instead of writing them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,15 +33,14 @@ from cyclone._database import Database
 from cyclone._errors import InvalidInputError
 from cyclone._options import EnqueueOptions, Options, parse
 from cyclone._publisher import Publisher
-from cyclone._recorder import RecordedEnqueue, RecordedSubmit, TxRecorder
 from cyclone._run import ResultRun
 from cyclone._targets import (
     DatabaseTarget,
     JobPlan,
     Producer,
+    ProvidesTarget,
     Target,
     asyncpg_caller,
-    uuid7,
     uuid7_many,
 )
 from cyclone._wakeups import TrackedConnection
@@ -49,7 +48,6 @@ from cyclone._wakeups import TrackedConnection
 if TYPE_CHECKING:
     from cyclone._client import Client
     from cyclone._kinds import Kind
-    from cyclone._workflow import SubmitPlan
 
 # The option names a call takes at run time are the keys its TypedDict gives a type checker.
 ENQUEUE_OPTIONS = EnqueueOptions.__optional_keys__
@@ -64,28 +62,6 @@ def check_options(options: Mapping[str, Any], allowed: frozenset[str], *, call: 
             f"unknown option(s) {', '.join(unknown)} for {call}; known: {known}"
         )
     return parse(**options)
-
-
-class Recording:
-    """The :class:`TxRecorder` as a target: plans are recorded, nothing is written."""
-
-    def __init__(self, recorder: TxRecorder) -> None:
-        self.recorder = recorder
-
-    async def write_jobs(self, plan: JobPlan) -> None:
-        """Record each job."""
-        self.recorder.enqueued.extend(
-            RecordedEnqueue(plan.kind.name, value, plan.options, i)
-            for value, i in zip(plan.inputs, plan.ids, strict=True)
-        )
-
-    async def write_run(self, plan: SubmitPlan) -> tuple[uuid.UUID, bool]:
-        """Record the submit; a recorded run is always new."""
-        run_id = uuid7()
-        self.recorder.submitted.append(
-            RecordedSubmit(plan.name, plan.input, plan.options, run_id, plan.key)
-        )
-        return run_id, True
 
 
 class OwnStatement(DatabaseTarget):
@@ -116,8 +92,8 @@ class OwnStatement(DatabaseTarget):
 
 def target_for(client: Client | None, tx: object) -> Target:
     """The target that writes through ``tx`` (``None``: Cyclone's own statement)."""
-    if isinstance(tx, TxRecorder):
-        return Recording(tx)
+    if isinstance(tx, ProvidesTarget):
+        return tx.insert_target()
     if client is None:
         raise InvalidInputError("a client is needed to enqueue or submit")
     services = client.services

@@ -11,7 +11,6 @@ PostgreSQL for local development with :func:`postgres_server`.
 
 from __future__ import annotations
 
-from cyclone._recorder import RecordedEnqueue, RecordedQuery, RecordedSubmit, TxRecorder
 from cyclone.testing._context import new_context
 from cyclone.testing._postgres import (
     PostgresServer,
@@ -19,6 +18,7 @@ from cyclone.testing._postgres import (
     describe,
     postgres_server,
 )
+from cyclone.testing._recorder import RecordedEnqueue, RecordedQuery, RecordedSubmit, TxRecorder
 
 __all__ = [
     "PostgresServer",

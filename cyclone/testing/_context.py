@@ -8,7 +8,7 @@ from typing import Any
 
 from cyclone._client import Client
 from cyclone._context import Context
-from cyclone._recorder import TxRecorder
+from cyclone.testing._recorder import TxRecorder
 
 
 def new_context(

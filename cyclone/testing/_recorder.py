@@ -1,12 +1,20 @@
-"""A completion transaction that records instead of writing, for unit tests of handlers."""
+"""A completion transaction that records instead of writing, for unit tests of handlers.
+
+It plugs into the insert path as a target of its own (:class:`Recording`), the same way a
+database target does: enqueue and submit check their input for real, then record the plan.
+"""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cyclone._options import Options
+from cyclone._targets import JobPlan, Target, uuid7
+
+if TYPE_CHECKING:
+    from cyclone._workflow import SubmitPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +65,15 @@ class TxRecorder:
         """The recorder is its own connection."""
         return self
 
+    @property
+    def connection(self) -> TxRecorder:
+        """The recorder: it has the methods handlers call on a connection."""
+        return self
+
+    def insert_target(self) -> Target:
+        """Where enqueue and submit through this recorder go: into its lists."""
+        return Recording(self)
+
     def is_in_transaction(self) -> bool:
         """Always in a transaction, as a completion transaction is."""
         return True
@@ -78,3 +95,25 @@ class TxRecorder:
     async def fetchval(self, query: str, *args: Any, **_: Any) -> None:
         """Record a query; returns no value."""
         self.queries.append(RecordedQuery("fetchval", query, args))
+
+
+class Recording:
+    """The :class:`TxRecorder` as a target: plans are recorded, nothing is written."""
+
+    def __init__(self, recorder: TxRecorder) -> None:
+        self.recorder = recorder
+
+    async def write_jobs(self, plan: JobPlan) -> None:
+        """Record each job."""
+        self.recorder.enqueued.extend(
+            RecordedEnqueue(plan.kind.name, value, plan.options, i)
+            for value, i in zip(plan.inputs, plan.ids, strict=True)
+        )
+
+    async def write_run(self, plan: SubmitPlan) -> tuple[uuid.UUID, bool]:
+        """Record the submit; a recorded run is always new."""
+        run_id = uuid7()
+        self.recorder.submitted.append(
+            RecordedSubmit(plan.name, plan.input, plan.options, run_id, plan.key)
+        )
+        return run_id, True
