@@ -21,8 +21,6 @@ from cyclone._notifier import queue_payload, run_payloads
 from cyclone._sql import Queries
 from cyclone._states import NodeState, RunState
 
-Conn = db.Conn
-
 
 @dataclass(slots=True)
 class Effects:
@@ -42,7 +40,7 @@ class Effects:
 
 
 async def advance(
-    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+    conn: db.Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
 ) -> Effects:
     """Advance the DAG after ``nodes`` completed (runs locked by the caller).
 
@@ -67,7 +65,7 @@ async def advance(
 
 
 async def finish_waits(
-    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+    conn: db.Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
 ) -> Effects:
     """Complete reachable wait nodes that have their signal, and advance past them (runs
     locked by the caller)."""
@@ -75,7 +73,7 @@ async def finish_waits(
     return await advance(conn, q, [r["run_id"] for r in finished], [r["node"] for r in finished])
 
 
-async def lock_run(conn: Conn, q: Queries, run_id: uuid.UUID) -> str:
+async def lock_run(conn: db.Conn, q: Queries, run_id: uuid.UUID) -> str:
     """Lock one run; return its stored state, or raise :class:`RunNotFoundError`."""
     states = await db.run_lock_many(conn, q, [run_id])
     if run_id not in states:
@@ -83,7 +81,7 @@ async def lock_run(conn: Conn, q: Queries, run_id: uuid.UUID) -> str:
     return states[run_id]
 
 
-async def is_job(conn: Conn, q: Queries, run_id: uuid.UUID) -> bool:
+async def is_job(conn: db.Conn, q: Queries, run_id: uuid.UUID) -> bool:
     """Whether the run is a standalone job; :class:`RunNotFoundError` if it is not visible."""
     row = await db.run_kind(conn, q, run_id)
     if row is None:
@@ -92,7 +90,7 @@ async def is_job(conn: Conn, q: Queries, run_id: uuid.UUID) -> bool:
 
 
 async def end_job(
-    conn: Conn, q: Queries, run_id: uuid.UUID, state: RunState, error: str | None
+    conn: db.Conn, q: Queries, run_id: uuid.UUID, state: RunState, error: str | None
 ) -> bool:
     """Cancel a job, or fail it past its deadline (in the caller's transaction); whether this
     call ended it."""
@@ -100,7 +98,7 @@ async def end_job(
     return await db.job_end(conn, q, run_id, state, error)
 
 
-async def cancel(conn: Conn, q: Queries, run_id: uuid.UUID) -> tuple[bool, Effects]:
+async def cancel(conn: db.Conn, q: Queries, run_id: uuid.UUID) -> tuple[bool, Effects]:
     """Cancel a run; whether this call cancelled it."""
     if await is_job(conn, q, run_id):
         cancelled = await end_job(conn, q, run_id, RunState.CANCELLED, None)
@@ -110,7 +108,7 @@ async def cancel(conn: Conn, q: Queries, run_id: uuid.UUID) -> tuple[bool, Effec
     return cancelled, Effects(ended={run_id} if cancelled else set())
 
 
-async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> Effects:
+async def retry(conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> Effects:
     """Re-open a failed run, or reset one of its failed nodes."""
     effects = Effects()
     kind = await db.run_kind(conn, q, run_id)
@@ -152,7 +150,7 @@ async def retry(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> 
     return effects
 
 
-async def signal(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: str) -> Effects:
+async def signal(conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str, payload: str) -> Effects:
     """Deliver a wait node's signal: stored always, applied at once if the node is waiting."""
     state = await lock_run(conn, q, run_id)
     if state in (RunState.COMPLETED, RunState.CANCELLED):
@@ -171,7 +169,7 @@ async def signal(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: 
 
 
 async def fail_node_or_job(
-    conn: Conn,
+    conn: db.Conn,
     q: Queries,
     *,
     task_id: int,
@@ -200,7 +198,9 @@ async def fail_node_or_job(
     return True, Effects(ended={run_id})
 
 
-async def expire_wait(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, error: str) -> Effects:
+async def expire_wait(
+    conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str, error: str
+) -> Effects:
     """Fail a wait node whose timeout passed, and its run."""
     await db.run_lock_many(conn, q, [run_id])
     if not await db.wait_expire(conn, q, run_id, node, error):
@@ -210,7 +210,7 @@ async def expire_wait(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, erro
 
 
 async def expire_deadline(
-    conn: Conn, q: Queries, run_id: uuid.UUID, error: str, *, job: bool
+    conn: db.Conn, q: Queries, run_id: uuid.UUID, error: str, *, job: bool
 ) -> Effects:
     """Fail a run past its deadline; its running handlers stop at their next heartbeat."""
     if job:

@@ -14,18 +14,14 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
-import asyncpg
-
 from cyclone._errors import LifecycleError
+from cyclone._queries.conn import Conn
 
 if TYPE_CHECKING:
     import psycopg
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 logger = logging.getLogger("cyclone")
-
-AnyConnection = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
-"""A plain asyncpg connection, or one acquired from a pool."""
 
 
 class Wakeups:
@@ -103,12 +99,12 @@ class TrackedConnection(WakeupFrames):
     nested block is a savepoint with the same rule.
     """
 
-    def __init__(self, conn: AnyConnection, wakeups: Wakeups) -> None:
+    def __init__(self, conn: Conn, wakeups: Wakeups) -> None:
         super().__init__(wakeups)
         self._conn = conn
 
     @property
-    def connection(self) -> AnyConnection:
+    def connection(self) -> Conn:
         """The wrapped asyncpg connection."""
         return self._conn
 
@@ -180,7 +176,7 @@ class TrackedTransaction:
 
 
 @overload
-def track_wakeups(conn: AnyConnection | TrackedConnection) -> tuple[TrackedConnection, Wakeups]: ...
+def track_wakeups(conn: Conn | TrackedConnection) -> tuple[TrackedConnection, Wakeups]: ...
 @overload
 def track_wakeups(conn: AsyncSession) -> tuple[AsyncSession, Wakeups]: ...
 def track_wakeups(conn: Any) -> tuple[Any, Wakeups]:
@@ -191,7 +187,7 @@ def track_wakeups(conn: Any) -> tuple[Any, Wakeups]:
     ``AsyncSession`` is its own tracked connection: its committed wakeups fill the
     :class:`Wakeups` instead of being published at its commit.
     """
-    if not isinstance(conn, AnyConnection | TrackedConnection) and "sqlalchemy" in sys.modules:
+    if not isinstance(conn, Conn | TrackedConnection) and "sqlalchemy" in sys.modules:
         from cyclone.integrations.sqlalchemy import track_session
 
         return conn, track_session(conn, Wakeups())
@@ -202,9 +198,9 @@ def track_wakeups(conn: Any) -> tuple[Any, Wakeups]:
 
 
 if TYPE_CHECKING:
-    Tx: TypeAlias = AnyConnection | TrackedConnection | AsyncSession | AsyncConnection
+    Tx: TypeAlias = Conn | TrackedConnection | AsyncSession | AsyncConnection
 else:  # SQLAlchemy is optional: a type checker sees its session types, the runtime need not
-    Tx = AnyConnection | TrackedConnection
+    Tx = Conn | TrackedConnection
 """What a ``*_tx`` call accepts: an asyncpg connection in a transaction, a tracked one, or a
 SQLAlchemy ``AsyncSession``/``AsyncConnection`` on asyncpg in a transaction."""
 
