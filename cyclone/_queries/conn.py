@@ -22,13 +22,16 @@ DATABASE_ERRORS = (
 )
 # Of those, the failures after which sending the statement again is safe: the connection
 # went away (the transaction may or may not have committed: every outcome write is fenced,
-# so a second try cannot apply twice) or a deadlock aborted it.
+# so a second try cannot apply twice) or a deadlock or serialization failure aborted it.
 RETRYABLE_ERRORS = (
     OSError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,
     asyncpg.DeadlockDetectedError,
+    # A single statement at a session default of REPEATABLE READ or SERIALIZABLE met a row
+    # updated after its snapshot: it wrote nothing, so sending it again is safe.
+    asyncpg.SerializationError,
     asyncpg.exceptions.OperatorInterventionError,
     # The server refused a new connection for now ("too many clients"): it can take one later.
     asyncpg.TooManyConnectionsError,

@@ -3,6 +3,7 @@ it), and Cyclone's own transactions run at READ COMMITTED whatever the session's
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -11,9 +12,12 @@ import pytest
 import pytest_asyncio
 
 import cyclone
+from cyclone import _queries as db
+from cyclone._attempt import Claimed, Completed
+from cyclone._completer import Completer
 from cyclone._sync_services import pinned
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import fast_worker
+from tests.conftest import fast_worker, waiting_on_a_lock
 
 seen: list[str] = []  # the isolation of each completion transaction a handler wrote in
 
@@ -96,6 +100,34 @@ async def test_cyclones_own_transactions_are_read_committed_on_a_serializable_po
             assert await cancelled.cancel() is True
             assert await cancelled.wait(timeout=30) == cyclone.RunState.CANCELLED
     assert seen and set(seen) == {"read committed"}  # every completion transaction
+
+
+async def test_an_outcome_that_meets_a_serialization_failure_is_written_again(
+    cyclone_env: CycloneEnv, serializable_pool: asyncpg.Pool
+) -> None:
+    # A job's completion is one statement, so it runs at the session's default. At
+    # SERIALIZABLE, a task row updated by a transaction that commits after the statement's
+    # snapshot fails it with 40001; nothing was written, so the completer sends it again.
+    async with cyclone.Client(serializable_pool) as client:
+        run = await double.enqueue(client, 4)
+        async with serializable_pool.acquire() as conn:
+            [row] = await db.task_claim(
+                conn, client.queries, "default", [double.name], 1, 30.0, "w", []
+            )
+        claimed = Claimed.from_row(row, queue="default", worker="w")
+        completer = Completer(client.services.database, client.services.publisher, bound=10)
+        completer.start()
+        try:
+            async with cyclone_env.pool.acquire() as blocker, blocker.transaction():
+                await blocker.execute(
+                    "UPDATE cyclone_tasks SET lease_until = lease_until + interval '1 minute'"
+                )
+                written = asyncio.ensure_future(completer.submit(Completed(claimed, "8")))
+                await waiting_on_a_lock(cyclone_env)
+            assert await asyncio.wait_for(written, 30) is True
+        finally:
+            await completer.stop()
+        assert await run.result(timeout=30) == 8
 
 
 @pytest.mark.parametrize("autocommit", [True, False])
