@@ -94,14 +94,13 @@ async def _drain(pool: asyncpg.Pool, q: Queries, claim: str, jobs: int) -> float
                     if r["id"] is not None
                 ]
                 if rows:
-                    await db.job_complete_many(
-                        conn,
-                        q,
+                    done_rows = db.Completions(
                         [r["run_id"] for r in rows],
                         [r["id"] for r in rows],
                         [r["claims"] for r in rows],
                         ["null"] * len(rows),
                     )
+                    await db.job_complete_many(conn, q, done_rows)
                     done += len(rows)
                 else:
                     await asyncio.sleep(0.001)

@@ -336,9 +336,9 @@ class Client:
         bounds the runs read, as in :meth:`list_runs`."""
         query = query or RunQuery()
         cap = validate_int(at_most, what="at_most", low=1)
-        args = search_args(query)
+        filters = search_args(query)
         async with self.services.database.acquire() as conn:
-            return await db.run_count(conn, self.queries, *args, cap=cap, scan=query.scan)
+            return await db.run_count(conn, self.queries, filters, cap=cap, scan=query.scan)
 
     async def throughput(self, *, minutes: int = 60) -> list[Throughput]:
         """Steps that ended per queue and minute over the last ``minutes`` (the current minute

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -239,7 +238,7 @@ class Completer:
     async def _complete_jobs(
         self, conn: db.Conn, outcomes: Sequence[Completed]
     ) -> tuple[Accepted, Effects]:
-        rows = await db.job_complete_many(conn, self._q, *_completion_columns(outcomes))
+        rows = await db.job_complete_many(conn, self._q, _completions(outcomes))
         effects = Effects(ended={r["run_id"] for r in rows})
         return {(r["id"], r["claims"]) for r in rows}, effects
 
@@ -248,7 +247,7 @@ class Completer:
     ) -> tuple[Accepted, Effects]:
         """Complete workflow nodes and advance their runs (in the caller's transaction)."""
         await db.run_lock_many(conn, self._q, [o.claimed.run_id for o in outcomes])
-        rows = await db.node_complete_many(conn, self._q, *_completion_columns(outcomes))
+        rows = await db.node_complete_many(conn, self._q, _completions(outcomes))
         effects = await _transitions.advance(
             conn, self._q, [r["run_id"] for r in rows], [r["node"] for r in rows]
         )
@@ -397,12 +396,10 @@ class Completer:
         return {c.key for c in found}
 
 
-def _completion_columns(
-    outcomes: Sequence[Completed],
-) -> tuple[list[uuid.UUID], list[int], list[int], list[str]]:
-    """Runs, task ids, claim tokens and outputs, as the completion statements take them."""
+def _completions(outcomes: Sequence[Completed]) -> db.Completions:
+    """The attempts of ``outcomes`` as the completion statements take them."""
     claimed: list[Claimed] = [o.claimed for o in outcomes]
-    return (
+    return db.Completions(
         [c.run_id for c in claimed],
         [c.id for c in claimed],
         [c.claims for c in claimed],

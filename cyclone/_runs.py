@@ -188,7 +188,7 @@ class Runs:
         """The run with its nodes, edges, input and output."""
         q = self.database.queries
         async with self.database.acquire() as conn:
-            rows = await db.run_list(conn, q, run_id, None, None, None, None, None, None, limit=1)
+            rows = await db.run_list(conn, q, run_id)
             if not rows:
                 raise RunNotFoundError(run_id)
             nodes = await db.run_nodes(conn, q, run_id)
@@ -251,17 +251,17 @@ class Runs:
     async def page(self, query: RunQuery) -> RunPage:
         """Runs matching ``query``, newest first: one page (``Client.list_runs``)."""
         limit = validate_int(query.limit, what="limit", low=1)
-        args = search_args(query)
+        filters = search_args(query)
         q = self.database.queries
         async with self.database.acquire() as conn:
-            rows = await db.run_search(conn, q, *args, limit=limit + 1, scan=query.scan)
+            rows = await db.run_search(conn, q, filters, limit=limit + 1, scan=query.scan)
             runs = [run_info(r) for r in rows[:limit]]
             if len(rows) > limit:
                 next_cursor: str | None = str(runs[-1].id)
             elif query.scan is not None:
                 # A short page from a bounded walk: go on from where the walk ended, if the
                 # history goes on.
-                end = await db.run_walk_end(conn, q, args[4], query.scan)
+                end = await db.run_walk_end(conn, q, filters.cursor, query.scan)
                 next_cursor = None if end is None else str(end)
             else:
                 next_cursor = None
@@ -310,8 +310,8 @@ def result_of(run_id: uuid.UUID, row: db.Record, output_type: Any) -> Any:
     return _codec.decode(row["output"], output_type)
 
 
-def search_args(query: RunQuery) -> list[Any]:
-    """The filter parameters of run_search and run_count ($1..$7), checked."""
+def search_args(query: RunQuery) -> db.RunFilters:
+    """The filters of ``query`` as run_search and run_count take them, checked."""
     states = query.state
     if isinstance(states, RunState | str):
         states = [states]
@@ -323,15 +323,15 @@ def search_args(query: RunQuery) -> list[Any]:
             cursor = uuid.UUID(query.cursor)
         except ValueError:
             raise InvalidInputError(f"not a cursor from list_runs: {query.cursor!r}") from None
-    return [
-        None if query.name is None else validate_name(query.name, what="name"),
-        None if query.key is None else validate_key(query.key),
-        query.created_after,
-        query.created_before,
-        cursor,
-        None if states is None else [RunState(s).value for s in states],
-        query.queue,
-    ]
+    return db.RunFilters(
+        name=None if query.name is None else validate_name(query.name, what="name"),
+        key=None if query.key is None else validate_key(query.key),
+        created_after=query.created_after,
+        created_before=query.created_before,
+        cursor=cursor,
+        states=None if states is None else [RunState(s).value for s in states],
+        queue=query.queue,
+    )
 
 
 def run_info(row: db.Record, payload: db.Record | None = None) -> RunInfo:

@@ -112,7 +112,7 @@ class Scheduler:
         if not self.declared:
             return
         now = dt.datetime.now(dt.UTC)
-        rows = [_declared_row(s, now) for s in self.declared.values()]
+        rows = [(s.name, _definition(s, now)) for s in self.declared.values()]
         async with self.client.services.database.acquire() as conn:
             await db.schedule_declare_many(conn, self.client.queries, self.lease, rows)
 
@@ -176,26 +176,21 @@ class Scheduler:
         return await self._firing.fire_due(now)
 
 
-def _definition(s: Schedule[Any], now: dt.datetime) -> tuple[Any, ...]:
-    """(target, job, cron, every, start, tz, catch_up, window, overlap, input, next_at)."""
+def _definition(s: Schedule[Any], now: dt.datetime) -> db.ScheduleDefinition:
     t = s.timing
-    return (
-        s.target.name,
-        s.job,
-        t.cron,
-        t.every,
-        t.start,
-        t.tz,
-        s.catch_up,
-        s.catch_up_window,
-        s.overlap,
-        s.encoded_input,
-        t.next_after(now),
+    return db.ScheduleDefinition(
+        target=s.target.name,
+        job=s.job,
+        cron=t.cron,
+        every=t.every,
+        start_at=t.start,
+        tz=t.tz,
+        catch_up=s.catch_up,
+        catch_up_window=s.catch_up_window,
+        overlap=s.overlap,
+        input=s.encoded_input,
+        next_at=t.next_after(now),
     )
-
-
-def _declared_row(s: Schedule[Any], now: dt.datetime) -> tuple[Any, ...]:
-    return (s.name, *_definition(s, now))
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,9 +284,11 @@ class Schedules:
     async def create(self, schedule: Schedule[Any]) -> ScheduleInfo:
         """Store a dynamic schedule, kept until :meth:`delete`; workers that serve its target
         fire it. Its input must be a value (it is stored), not a function."""
-        row = _dynamic_row(schedule)
+        definition = _dynamic_definition(schedule)
         async with self._client.services.database.acquire() as conn:
-            created = await db.schedule_create(conn, self._client.queries, schedule.name, *row)
+            created = await db.schedule_create(
+                conn, self._client.queries, schedule.name, definition
+            )
         if not created:
             raise InvalidStateError(
                 f"a schedule named {schedule.name!r} exists already: update() changes a "
@@ -302,7 +299,7 @@ class Schedules:
 
     async def update(self, schedule: Schedule[Any]) -> ScheduleInfo:
         """Replace the dynamic schedule of the same name; its next slot is recomputed."""
-        row = _dynamic_row(schedule)
+        definition = _dynamic_definition(schedule)
 
         async def change(conn: db.Conn, stored: db.Record) -> None:
             if not stored["dynamic"]:
@@ -310,7 +307,7 @@ class Schedules:
                     f"schedule {schedule.name!r} is declared in code: change its declaration "
                     "and deploy; update() changes dynamic schedules only"
                 )
-            await db.schedule_update(conn, self._client.queries, *row, name=schedule.name)
+            await db.schedule_update(conn, self._client.queries, schedule.name, definition)
 
         await self._change(schedule.name, change)
         return await self.get(schedule.name)
@@ -342,7 +339,7 @@ class Schedules:
         self._client.services.publisher.publish([queue_payload(SCHEDULES_WAKEUP)])
 
 
-def _dynamic_row(schedule: Schedule[Any]) -> tuple[Any, ...]:
+def _dynamic_definition(schedule: Schedule[Any]) -> db.ScheduleDefinition:
     if not isinstance(schedule, Schedule):
         raise InvalidScheduleError(f"{schedule!r} is not a schedule from cyclone.schedule()")
     if schedule.input_fn is not None:

@@ -124,9 +124,7 @@ class SyncRuns:
     def info(self, run_id: uuid.UUID) -> RunInfo:
         """What the run is and where it stands (as in ``client.list_runs``)."""
         with self.database.connection() as raw:
-            rows = run_sync(
-                db.run_list(connect(raw), self.database.queries, run_id, *([None] * 6), limit=1)
-            )
+            rows = run_sync(db.run_list(connect(raw), self.database.queries, run_id))
         if not rows:
             raise RunNotFoundError(run_id)
         return run_info(rows[0])

@@ -332,17 +332,17 @@ class Client:
         """Runs matching ``query``, newest first, one page at a time (as ``cyclone.Client``)."""
         query = query or RunQuery()
         limit = validate_int(query.limit, what="limit", low=1)
-        args = search_args(query)
+        filters = search_args(query)
         with self.services.database.connection() as raw:
             conn = connect(raw)
             rows = run_sync(
-                db.run_search(conn, self.queries, *args, limit=limit + 1, scan=query.scan)
+                db.run_search(conn, self.queries, filters, limit=limit + 1, scan=query.scan)
             )
             runs = [run_info(r) for r in rows[:limit]]
             if len(rows) > limit:
                 next_cursor: str | None = str(runs[-1].id)
             elif query.scan is not None:
-                end = run_sync(db.run_walk_end(conn, self.queries, args[4], query.scan))
+                end = run_sync(db.run_walk_end(conn, self.queries, filters.cursor, query.scan))
                 next_cursor = None if end is None else str(end)
             else:
                 next_cursor = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from cyclone._queries.claim import ClaimedRows, task_claim, task_heartbeat, task_pending_work
 from cyclone._queries.complete import (
+    Completions,
     attempts_completed,
     attempts_failed,
     attempts_released,
@@ -57,6 +58,7 @@ from cyclone._queries.maintenance import (
     worker_present,
 )
 from cyclone._queries.runs import (
+    RunFilters,
     job_end,
     job_lock,
     job_reopen,
@@ -74,6 +76,7 @@ from cyclone._queries.runs import (
     stats_unserved,
 )
 from cyclone._queries.schedules import (
+    ScheduleDefinition,
     schedule_advance,
     schedule_claim_due,
     schedule_create,
@@ -105,8 +108,11 @@ __all__ = [
     "DATABASE_ERRORS",
     "RETRYABLE_ERRORS",
     "ClaimedRows",
+    "Completions",
     "Conn",
     "Record",
+    "RunFilters",
+    "ScheduleDefinition",
     "attempts_completed",
     "attempts_failed",
     "attempts_released",

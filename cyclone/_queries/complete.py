@@ -6,38 +6,32 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from cyclone._queries.conn import Conn, Record, fetch, fetchval
 from cyclone._sql import Queries
 
 
-async def job_complete_many(
-    conn: Conn,
-    q: Queries,
-    run_ids: Sequence[uuid.UUID],
-    ids: Sequence[int],
-    claims: Sequence[int],
-    outputs: Sequence[str],
-) -> list[Record]:
+@dataclass(frozen=True)
+class Completions:
+    """The attempts a completion statement completes, one array each: their runs, task ids,
+    claim tokens (the fence) and outputs as JSON text."""
+
+    run_ids: Sequence[uuid.UUID]
+    ids: Sequence[int]
+    claims: Sequence[int]
+    outputs: Sequence[str]
+
+
+async def job_complete_many(conn: Conn, q: Queries, done: Completions) -> list[Record]:
     """Complete jobs whose attempts still own their tasks; return (id, run_id) of those."""
-    return await fetch(
-        conn, q, "job_complete_many", run_ids=run_ids, ids=ids, claims=claims, outputs=outputs
-    )
+    return await fetch(conn, q, "job_complete_many", **vars(done))
 
 
-async def node_complete_many(
-    conn: Conn,
-    q: Queries,
-    run_ids: Sequence[uuid.UUID],
-    ids: Sequence[int],
-    claims: Sequence[int],
-    outputs: Sequence[str],
-) -> list[Record]:
+async def node_complete_many(conn: Conn, q: Queries, done: Completions) -> list[Record]:
     """Record completed workflow nodes whose attempts still own their tasks."""
-    return await fetch(
-        conn, q, "node_complete_many", run_ids=run_ids, ids=ids, claims=claims, outputs=outputs
-    )
+    return await fetch(conn, q, "node_complete_many", **vars(done))
 
 
 async def attempts_completed(

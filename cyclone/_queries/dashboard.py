@@ -2,44 +2,19 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
-from collections.abc import Sequence
 
 from cyclone._queries.conn import Conn, Record, fetch, fetchval
+from cyclone._queries.runs import RunFilters
 from cyclone._sql import Queries
 
 
 async def run_search(
-    conn: Conn,
-    q: Queries,
-    name: str | None,
-    key: str | None,
-    created_after: dt.datetime | None,
-    created_before: dt.datetime | None,
-    cursor: uuid.UUID | None,
-    states: Sequence[str] | None,
-    queue: str | None,
-    *,
-    limit: int,
-    scan: int | None,
+    conn: Conn, q: Queries, filters: RunFilters, *, limit: int, scan: int | None
 ) -> list[Record]:
-    """One page (``limit`` runs) matching the filters, newest first, within a walk of at
-    most ``scan`` runs from ``cursor``."""
-    return await fetch(
-        conn,
-        q,
-        "run_search",
-        name=name,
-        key=key,
-        created_after=created_after,
-        created_before=created_before,
-        cursor=cursor,
-        states=states,
-        queue=queue,
-        limit=limit,
-        scan=scan,
-    )
+    """One page (``limit`` runs) matching ``filters``, newest first, within a walk of at
+    most ``scan`` runs from ``filters.cursor``."""
+    return await fetch(conn, q, "run_search", **vars(filters), limit=limit, scan=scan)
 
 
 async def run_walk_end(
@@ -51,34 +26,10 @@ async def run_walk_end(
 
 
 async def run_count(
-    conn: Conn,
-    q: Queries,
-    name: str | None,
-    key: str | None,
-    created_after: dt.datetime | None,
-    created_before: dt.datetime | None,
-    cursor: uuid.UUID | None,
-    states: Sequence[str] | None,
-    queue: str | None,
-    *,
-    cap: int,
-    scan: int | None,
+    conn: Conn, q: Queries, filters: RunFilters, *, cap: int, scan: int | None
 ) -> int:
-    """How many runs match the filters (as run_search), counting up to ``cap``."""
-    count: int = await fetchval(
-        conn,
-        q,
-        "run_count",
-        name=name,
-        key=key,
-        created_after=created_after,
-        created_before=created_before,
-        cursor=cursor,
-        states=states,
-        queue=queue,
-        limit=cap,
-        scan=scan,
-    )
+    """How many runs match ``filters`` (as run_search), counting up to ``cap``."""
+    count: int = await fetchval(conn, q, "run_count", **vars(filters), limit=cap, scan=scan)
     return count
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cyclone._queries.conn import Conn, Record, execute, fetch, fetchrow, fetchval
 from cyclone._sql import Queries
@@ -27,33 +28,25 @@ async def run_payload(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | Non
     return await fetchrow(conn, q, "run_payload", run_id=run_id)
 
 
-async def run_list(
-    conn: Conn,
-    q: Queries,
-    run_id: uuid.UUID | None,
-    name: str | None,
-    key: str | None,
-    created_after: dt.datetime | None,
-    created_before: dt.datetime | None,
-    cursor: uuid.UUID | None,
-    states: Sequence[str] | None,
-    *,
-    limit: int,
-) -> list[Record]:
-    """Runs matching the filters (None: any), newest first, older than ``cursor``."""
-    return await fetch(
-        conn,
-        q,
-        "run_list",
-        run_id=run_id,
-        name=name,
-        key=key,
-        created_after=created_after,
-        created_before=created_before,
-        cursor=cursor,
-        states=states,
-        limit=limit,
-    )
+@dataclass(frozen=True)
+class RunFilters:
+    """What run_search and run_count match runs by, each None for any: ``cursor`` keeps
+    the runs older than that one; ``states`` compares the state as reported."""
+
+    name: str | None = None
+    key: str | None = None
+    created_after: dt.datetime | None = None
+    created_before: dt.datetime | None = None
+    cursor: uuid.UUID | None = None
+    states: Sequence[str] | None = None
+    queue: str | None = None
+
+
+async def run_list(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
+    """The run ``run_id`` as listed, if visible (run_list's other filters left unset)."""
+    unset = vars(RunFilters())
+    del unset["queue"]  # not a filter of run_list
+    return await fetch(conn, q, "run_list", run_id=run_id, **unset, limit=1)
 
 
 async def run_nodes(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:

@@ -8,36 +8,53 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from cyclone._queries.conn import Conn, Record, execute, fetch, fetchrow, fetchval
 from cyclone._sql import Queries
 
-# The columns of schedule_declare_many, one array each, in the order of a declared row.
-_DECLARED = (
-    "names",
-    "targets",
-    "jobs",
-    "crons",
-    "everys",
-    "start_ats",
-    "tzs",
-    "catch_ups",
-    "windows",
-    "overlaps",
-    "inputs",
-    "next_ats",
-)
+
+@dataclass(frozen=True)
+class ScheduleDefinition:
+    """A schedule's definition as stored: what schedule_declare_many, schedule_create and
+    schedule_update write (``input`` as JSON text, ``next_at`` the first slot to fire)."""
+
+    target: str
+    job: bool
+    cron: str | None
+    every: dt.timedelta | None
+    start_at: dt.datetime | None
+    tz: str
+    catch_up: str
+    catch_up_window: dt.timedelta | None
+    overlap: str
+    input: str | None
+    next_at: dt.datetime
+
+
+# schedule_declare_many takes one array per field of the definitions, named here.
+_ARRAYS = {
+    "target": "targets",
+    "job": "jobs",
+    "cron": "crons",
+    "every": "everys",
+    "start_at": "start_ats",
+    "tz": "tzs",
+    "catch_up": "catch_ups",
+    "catch_up_window": "windows",
+    "overlap": "overlaps",
+    "input": "inputs",
+    "next_at": "next_ats",
+}
 
 
 async def schedule_declare_many(
-    conn: Conn, q: Queries, lease: float, rows: list[tuple[Any, ...]]
+    conn: Conn, q: Queries, lease: float, rows: Sequence[tuple[str, ScheduleDefinition]]
 ) -> None:
-    """Upsert declared schedules; ``rows`` are (name, target, job, cron, every, start, tz,
-    catch_up, window, overlap, input, next_at) tuples."""
-    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in _DECLARED]
+    """Upsert declared schedules, given as (name, definition) pairs."""
+    arrays = {a: [getattr(d, f) for _, d in rows] for f, a in _ARRAYS.items()}
     await execute(
-        conn, q, "schedule_declare_many", lease=lease, **dict(zip(_DECLARED, columns, strict=True))
+        conn, q, "schedule_declare_many", lease=lease, names=[n for n, _ in rows], **arrays
     )
 
 
@@ -143,89 +160,18 @@ async def schedule_trigger(conn: Conn, q: Queries, name: str) -> dt.datetime | N
 
 
 async def schedule_create(
-    conn: Conn,
-    q: Queries,
-    name: str,
-    target: str,
-    job: bool,
-    cron: str | None,
-    every: dt.timedelta | None,
-    start_at: dt.datetime | None,
-    tz: str,
-    catch_up: str,
-    catch_up_window: dt.timedelta | None,
-    overlap: str,
-    input: str | None,
-    next_at: dt.datetime,
+    conn: Conn, q: Queries, name: str, definition: ScheduleDefinition
 ) -> bool:
     """Insert a dynamic schedule; False when the name is taken."""
-    created = await fetchval(
-        conn,
-        q,
-        "schedule_create",
-        name=name,
-        **_definition(
-            target, job, cron, every, start_at, tz, catch_up, catch_up_window, overlap, input
-        ),
-        next_at=next_at,
-    )
+    created = await fetchval(conn, q, "schedule_create", name=name, **vars(definition))
     return created is not None
 
 
 async def schedule_update(
-    conn: Conn,
-    q: Queries,
-    target: str,
-    job: bool,
-    cron: str | None,
-    every: dt.timedelta | None,
-    start_at: dt.datetime | None,
-    tz: str,
-    catch_up: str,
-    catch_up_window: dt.timedelta | None,
-    overlap: str,
-    input: str | None,
-    next_at: dt.datetime,
-    *,
-    name: str,
+    conn: Conn, q: Queries, name: str, definition: ScheduleDefinition
 ) -> None:
     """Replace a dynamic schedule's definition (locked by the caller)."""
-    await execute(
-        conn,
-        q,
-        "schedule_update",
-        name=name,
-        **_definition(
-            target, job, cron, every, start_at, tz, catch_up, catch_up_window, overlap, input
-        ),
-        next_at=next_at,
-    )
-
-
-def _definition(
-    target: str,
-    job: bool,
-    cron: str | None,
-    every: dt.timedelta | None,
-    start_at: dt.datetime | None,
-    tz: str,
-    catch_up: str,
-    catch_up_window: dt.timedelta | None,
-    overlap: str,
-    input: str | None,
-) -> dict[str, object]:
-    return {
-        "target": target,
-        "job": job,
-        "cron": cron,
-        "every": every,
-        "start_at": start_at,
-        "tz": tz,
-        "catch_up": catch_up,
-        "catch_up_window": catch_up_window,
-        "overlap": overlap,
-        "input": input,
-    }
+    await execute(conn, q, "schedule_update", name=name, **vars(definition))
 
 
 async def schedule_delete(conn: Conn, q: Queries, name: str) -> None:

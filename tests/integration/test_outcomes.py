@@ -112,10 +112,7 @@ async def test_reclaim_skips_a_task_being_completed(cyclone_env: CycloneEnv) -> 
         rows = await db.job_complete_many(
             completer,
             cyclone_env.client.queries,
-            [claimed.run_id],
-            [claimed.id],
-            [claimed.claims],
-            ["1"],
+            db.Completions([claimed.run_id], [claimed.id], [claimed.claims], ["1"]),
         )
         assert len(rows) == 1
         # Maintenance runs meanwhile: SKIP LOCKED passes the task by instead of waiting.
@@ -180,7 +177,9 @@ async def test_only_the_completing_attempt_is_confirmed(cyclone_env: CycloneEnv)
 
     async with cyclone_env.pool.acquire() as conn:
         assert not await confirmed(None, task, claims)  # not completed yet
-        [done] = await db.job_complete_many(conn, q, [run.id], [task], [claims], ["1"])
+        [done] = await db.job_complete_many(
+            conn, q, db.Completions([run.id], [task], [claims], ["1"])
+        )
         assert done["run_id"] == run.id
         assert await confirmed(None, task, claims)
         assert not await confirmed(None, task, claims + 1)  # another claim of the task
