@@ -14,7 +14,6 @@ import logging
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import asyncpg
@@ -30,6 +29,7 @@ from cyclone._notifier import Notifier
 from cyclone._observe import Observer, Observers
 from cyclone._options import seconds, validate_int
 from cyclone._publisher import Publisher
+from cyclone._resource import AsyncResource
 from cyclone._run import (
     QueueStats,
     ResultRun,
@@ -59,7 +59,7 @@ _THROUGHPUT_MAX_MINUTES = 24 * 60
 _T = TypeVar("_T")
 
 
-class Client:
+class Client(AsyncResource):
     """Cyclone's entry point: one per application, sharing the application's asyncpg pool.
 
     ``notify`` turns LISTEN on or off for this process (workers and ``run.wait``); it does not
@@ -122,15 +122,7 @@ class Client:
             raise InvalidInputError(f"{observer!r} is not a cyclone.Observer")
         self.observers.members.append(observer)
 
-    async def __aenter__(self) -> Client:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _end(self, failed: bool) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 from cyclone._errors import LifecycleError
 from cyclone._queries.conn import Conn
+from cyclone._resource import AsyncResource
 
 if TYPE_CHECKING:
     import psycopg
@@ -120,7 +121,7 @@ class TrackedConnection(WakeupFrames):
         return getattr(self._conn, name)
 
 
-class TrackedTransaction:
+class TrackedTransaction(AsyncResource):
     """A transaction (or savepoint) of a :class:`TrackedConnection`.
 
     Use it as ``async with`` or with ``start``/``commit``/``rollback``, as asyncpg's own.
@@ -159,20 +160,11 @@ class TrackedTransaction:
         if not self._open:
             raise LifecycleError("this tracked transaction is not open")
 
-    async def __aenter__(self) -> TrackedTransaction:
+    async def _begin(self) -> None:
         await self.start()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            await self.commit()
-        else:
-            await self.rollback()
+    async def _end(self, failed: bool) -> None:
+        await (self.rollback() if failed else self.commit())
 
 
 @overload

@@ -20,7 +20,6 @@ import random
 import socket
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from cyclone import _maintenance as maintenance
@@ -32,6 +31,7 @@ from cyclone._kinds import Step
 from cyclone._leases import LeaseKeeper
 from cyclone._options import seconds, validate_int, validate_queue
 from cyclone._producer import Producer
+from cyclone._resource import AsyncResource
 from cyclone._scheduler import Scheduler
 from cyclone._served import check_served
 
@@ -55,7 +55,7 @@ def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0)
     return delay * random.uniform(0.5, 1.0)
 
 
-class Worker:
+class Worker(AsyncResource):
     """Runs the handlers of ``steps`` and of every step in ``workflows``.
 
     ``queues`` maps queue names to concurrency limits (default: each step's queue, 10).
@@ -290,16 +290,10 @@ class Worker:
                 producer.wake()
             await asyncio.sleep(min(self.poll_interval, 0.05))  # let the producers claim it
 
-    async def __aenter__(self) -> Worker:
+    async def _begin(self) -> None:
         await self.start()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _end(self, failed: bool) -> None:
         await self.stop()
 
     def _on_wakeup(self, queue: str) -> None:
