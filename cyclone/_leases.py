@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from cyclone import _queries as db
 from cyclone._attempt import Claimed
 from cyclone._database import Database
+from cyclone._loops import every
 
 logger = logging.getLogger("cyclone")
 
@@ -87,18 +88,7 @@ class LeaseKeeper:
 
     async def run(self) -> None:
         """Beat every ``interval`` seconds until cancelled."""
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await self.beat()
-            except db.DATABASE_ERRORS as exc:
-                logger.warning(
-                    "worker %s: heartbeat failed: %s; trying again in %.3g s",
-                    self._worker_id,
-                    exc,
-                    self._interval,
-                    extra={"worker": self._worker_id},
-                )
+        await every(self._interval, self.beat, what="heartbeat", worker_id=self._worker_id)
 
     async def beat(self) -> None:
         """Record this worker as live, renew its leases, and stop handlers that lost theirs."""

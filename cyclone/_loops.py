@@ -1,11 +1,18 @@
-"""How the background loops (a queue's producer, the schedule timer) wait between passes:
-until woken or a timeout, whichever comes first, with the poll jittered."""
+"""How the background loops wait between passes: a queue's producer and the schedule timer
+until woken or a timeout, whichever comes first, with the poll jittered; a worker's
+heartbeat and maintenance every so many seconds, carrying on after a database failure."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
+from collections.abc import Awaitable, Callable
+
+from cyclone import _queries as db
+
+logger = logging.getLogger("cyclone")
 
 
 def jittered(interval: float) -> float:
@@ -23,3 +30,29 @@ async def wait_woken(wake: asyncio.Event, timeout: float) -> bool:
         async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
             await wake.wait()
     return wake.is_set()
+
+
+async def every(
+    interval: float,
+    work: Callable[[], Awaitable[None]],
+    *,
+    jitter: bool = False,
+    what: str,
+    worker_id: str,
+) -> None:
+    """Run ``work`` every ``interval`` seconds (:func:`jittered` if ``jitter``) until
+    cancelled; a database failure is logged as worker ``worker_id``'s ``what`` failing, and
+    the next pass tries again."""
+    while True:
+        await asyncio.sleep(jittered(interval) if jitter else interval)
+        try:
+            await work()
+        except db.DATABASE_ERRORS as exc:
+            logger.warning(
+                "worker %s: %s failed: %s; trying again in %.3g s",
+                worker_id,
+                what,
+                exc,
+                interval,
+                extra={"worker": worker_id},
+            )

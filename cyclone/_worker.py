@@ -29,6 +29,7 @@ from cyclone._errors import InvalidInputError, InvalidStateError, LifecycleError
 from cyclone._executor import Executor
 from cyclone._kinds import Step
 from cyclone._leases import LeaseKeeper
+from cyclone._loops import every
 from cyclone._options import seconds, validate_int, validate_queue
 from cyclone._producer import Producer
 from cyclone._resource import AsyncResource
@@ -340,18 +341,13 @@ class Worker(AsyncResource):
     # Maintenance
 
     async def _maintain(self) -> None:
-        while True:
-            await asyncio.sleep(self.maintenance_interval * random.uniform(0.8, 1.0))
-            try:
-                await self.maintain_once()
-            except db.DATABASE_ERRORS as exc:
-                logger.warning(
-                    "worker %s: maintenance pass failed: %s; trying again in %.3g s",
-                    self.id,
-                    exc,
-                    self.maintenance_interval,
-                    extra={"worker": self.id},
-                )
+        await every(
+            self.maintenance_interval,
+            self.maintain_once,
+            jitter=True,
+            what="maintenance pass",
+            worker_id=self.id,
+        )
 
     async def maintain_once(self, limit: int = 100) -> None:
         """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, and
