@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, overload
 
 from cyclone import _insert
 from cyclone._context import Context
@@ -144,14 +144,22 @@ def _signature(name: str, handler: Callable[..., Any]) -> tuple[Any, Any]:
     return hints[input_name], hints["return"]
 
 
-def step(
-    name: str,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    priority: int = 0,
-    timeout: float | dt.timedelta | None = None,
-) -> Callable[[Handler[In, Out]], Step[In, Out]]:
+class KindOptions(TypedDict, total=False):
+    """A kind's defaults, as :class:`Kind` takes them: ``queue``, ``max_attempts``,
+    ``priority``."""
+
+    queue: str
+    max_attempts: int
+    priority: int
+
+
+class StepOptions(KindOptions, total=False):
+    """A step's defaults: a kind's, and the ``timeout`` of its handler."""
+
+    timeout: float | dt.timedelta | None
+
+
+def step(name: str, **options: Unpack[StepOptions]) -> Callable[[Handler[In, Out]], Step[In, Out]]:
     """Declare a step: a handler with a stable kind name and its defaults.
 
     The input and output types come from the handler's annotations; msgspec decodes the
@@ -159,82 +167,36 @@ def step(
     """
 
     def decorate(handler: Handler[In, Out]) -> Step[In, Out]:
-        return Step(
-            name,
-            handler,
-            queue=queue,
-            max_attempts=max_attempts,
-            priority=priority,
-            timeout=timeout,
-        )
+        return Step(name, handler, **options)
 
     return decorate
 
 
 def action(
-    name: str,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    priority: int = 0,
-    timeout: float | dt.timedelta | None = None,
+    name: str, **options: Unpack[StepOptions]
 ) -> Callable[[Handler[In, None]], Step[In, None]]:
     """Declare a step that produces no output (its handler returns ``None``)."""
 
     def decorate(handler: Handler[In, None]) -> Step[In, None]:
-        return Step(
-            name,
-            handler,
-            queue=queue,
-            max_attempts=max_attempts,
-            priority=priority,
-            timeout=timeout,
-            output_type=type(None),
-        )
+        return Step(name, handler, output_type=type(None), **options)
 
     return decorate
 
 
 @overload
 def register_kind(
-    name: str,
-    input_type: type[In],
-    output_type: None,
-    *,
-    queue: str = ...,
-    max_attempts: int = ...,
-    priority: int = ...,
+    name: str, input_type: type[In], output_type: None, **options: Unpack[KindOptions]
 ) -> Kind[In, None]: ...
 @overload
 def register_kind(
-    name: str,
-    input_type: type[In],
-    output_type: type[Out],
-    *,
-    queue: str = ...,
-    max_attempts: int = ...,
-    priority: int = ...,
+    name: str, input_type: type[In], output_type: type[Out], **options: Unpack[KindOptions]
 ) -> Kind[In, Out]: ...
 @overload
 def register_kind(
-    name: str,
-    input_type: Any,
-    output_type: Any,
-    *,
-    queue: str = ...,
-    max_attempts: int = ...,
-    priority: int = ...,
+    name: str, input_type: Any, output_type: Any, **options: Unpack[KindOptions]
 ) -> Kind[Any, Any]: ...
 def register_kind(
-    name: str,
-    input_type: Any,
-    output_type: Any,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    priority: int = 0,
+    name: str, input_type: Any, output_type: Any, **options: Unpack[KindOptions]
 ) -> Kind[Any, Any]:
     """Declare a kind without a handler, for a process that only enqueues it."""
-    return Kind(
-        name, input_type, output_type, queue=queue, max_attempts=max_attempts, priority=priority
-    )
+    return Kind(name, input_type, output_type, **options)
