@@ -165,70 +165,77 @@ def lost_completion(exc: BaseException) -> ConnectionLost:
 
 
 @dataclass(frozen=True, slots=True)
-class Completed:
-    """The handler returned ``output`` (encoded); ``completion`` if it opened one."""
+class Ended:
+    """What every outcome carries: the attempt it ends."""
 
     claimed: Claimed
-    output: str
-    completion: CompletionTx | None = None
-    name = "completed"
-    noun = "completion"
+
+    @property
+    def name(self) -> str:
+        """The outcome as metrics and the log's ``outcome`` field call it."""
+        return _CALLED[type(self)][0]
+
+    @property
+    def noun(self) -> str:
+        """The outcome as the log's sentences call it ("the retry of attempt ...")."""
+        return _CALLED[type(self)][1]
 
 
 @dataclass(frozen=True, slots=True)
-class Retry:
+class Completed(Ended):
+    """The handler returned ``output`` (encoded); ``completion`` if it opened one."""
+
+    output: str
+    completion: CompletionTx | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Retry(Ended):
     """The attempt failed with attempts left: try again after ``delay`` seconds."""
 
-    claimed: Claimed
     delay: float
     error: str  # the error record kept for the attempt
     exc: BaseException
     what: str  # "failed: ValueError: boom" or "timed out after 5 s", for the log
-    name = "retried"
-    noun = "retry"
 
 
 @dataclass(frozen=True, slots=True)
-class Snoozed:
+class Snoozed(Ended):
     """The handler raised ``Snooze(delay)``: run again after ``delay``, attempt refunded."""
 
-    claimed: Claimed
     delay: float
-    name = "snoozed"
-    noun = "snooze"
 
 
 @dataclass(frozen=True, slots=True)
-class HandedBack:
+class HandedBack(Ended):
     """Shutdown cancelled the handler: the task is available again at once, attempt refunded."""
 
-    claimed: Claimed
-    name = "cancelled"
-    noun = "hand-back"
-
 
 @dataclass(frozen=True, slots=True)
-class Failed:
+class Failed(Ended):
     """The attempt failed for good (last attempt, or input that cannot be decoded)."""
 
-    claimed: Claimed
     error: str
     exc: BaseException
     what: str
     reason: str = "no attempts left"  # why no further attempt is made, for the log
-    name = "failed"
-    noun = "failure"
 
 
 @dataclass(frozen=True, slots=True)
-class Lost:
+class Lost(Ended):
     """The attempt lost its task (its run ended, or its lease was taken over)."""
-
-    claimed: Claimed
-    name = "cancelled"
-    noun = "loss"
 
 
 Outcome = Completed | Retry | Snoozed | HandedBack | Failed | Lost
 Released = Retry | Snoozed | HandedBack
 """The outcomes that put the task back in its queue (one statement for a batch of them)."""
+
+# How each outcome is called: its name (metrics, the log's outcome field) and its noun.
+_CALLED: dict[type[Ended], tuple[str, str]] = {
+    Completed: ("completed", "completion"),
+    Retry: ("retried", "retry"),
+    Snoozed: ("snoozed", "snooze"),
+    HandedBack: ("cancelled", "hand-back"),
+    Failed: ("failed", "failure"),
+    Lost: ("cancelled", "loss"),
+}
