@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cyclone import _queries as db
 from cyclone._attempt import Claimed, Completed, ConnectionLost, Lost, Outcome
@@ -35,6 +35,20 @@ logger = logging.getLogger("cyclone")
 CLAIMS_AT_ONCE = 2
 
 
+@dataclass(frozen=True)
+class Claiming:
+    """How every producer of a worker claims: as ``worker_id``, tasks of ``kinds`` and nodes
+    of ``workflows``, each for a lease of ``lease`` seconds, at most ``claim_batch`` a claim,
+    polling every ``poll_interval`` seconds at the latest."""
+
+    worker_id: str
+    kinds: list[str]
+    workflows: list[str]
+    lease: float
+    claim_batch: int
+    poll_interval: float
+
+
 class Producer:
     """Claims from queue ``name`` up to ``limit`` attempts at a time."""
 
@@ -44,13 +58,8 @@ class Producer:
         observers: Observers,
         name: str,
         limit: int,
+        claiming: Claiming,
         *,
-        worker_id: str,
-        kinds: Sequence[str],
-        workflows: Sequence[str],
-        lease: float,
-        claim_batch: int,
-        poll_interval: float,
         executor: Executor,
         completer: Completer,
         leases: LeaseKeeper,
@@ -59,12 +68,8 @@ class Producer:
         self._observers = observers
         self.name = name
         self.limit = limit
-        self._worker_id = worker_id
-        self._kinds = list(kinds)
-        self._workflows = list(workflows)
-        self._lease = lease
-        self._claim_batch = claim_batch
-        self._poll_interval = poll_interval
+        self._claiming = claiming
+        self._worker_id = claiming.worker_id
         self._executor = executor
         self._completer = completer
         self._leases = leases
@@ -99,7 +104,7 @@ class Producer:
     def _room(self) -> int:
         """How many tasks the next claim may take: free slots, bounded by the claim size and
         by what the completer's buffer still takes."""
-        room = min(self.limit - self._running - self._reserved, self._claim_batch)
+        room = min(self.limit - self._running - self._reserved, self._claiming.claim_batch)
         buffered = self._completer.room - self._reserved
         self._held_back = buffered < room
         return min(room, buffered)
@@ -125,7 +130,7 @@ class Producer:
             # Woken while a claim was in flight that may have begun before the work it was
             # woken for committed: claim again once that claim is back.
             self._missed = self._missed or (not started and bool(self._claims))
-            timeout = jittered(self._poll_interval)
+            timeout = jittered(self._claiming.poll_interval)
             if self._held and self._retry_in:  # flow control: the next token is due then
                 timeout = min(timeout, self._retry_in)
             await wait_woken(self._wake, timeout)
@@ -160,11 +165,11 @@ class Producer:
                 conn,
                 self._database.queries,
                 self.name,
-                self._kinds,
+                self._claiming.kinds,
                 limit,
-                self._lease,
+                self._claiming.lease,
                 self._worker_id,
-                self._workflows,
+                self._claiming.workflows,
             )
             loop = asyncio.get_running_loop()
             for row in rows:

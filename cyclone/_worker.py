@@ -31,7 +31,7 @@ from cyclone._kinds import Step
 from cyclone._leases import LeaseKeeper
 from cyclone._loops import every
 from cyclone._options import seconds, validate_int, validate_queue
-from cyclone._producer import Producer
+from cyclone._producer import Claiming, Producer
 from cyclone._resource import AsyncResource
 from cyclone._scheduler import Scheduler
 from cyclone._served import check_served
@@ -148,18 +148,21 @@ class Worker(AsyncResource):
             backoff=backoff,
             leases=self._leases,
         )
+        claiming = Claiming(
+            self.id,
+            self._kinds,
+            self._workflow_names,
+            self.lease,
+            self.claim_batch,
+            self.poll_interval,
+        )
         self._producers = {
             name: Producer(
                 services.database,
                 services.observers,
                 name,
                 limit,
-                worker_id=self.id,
-                kinds=self._kinds,
-                workflows=self._workflow_names,
-                lease=self.lease,
-                claim_batch=self.claim_batch,
-                poll_interval=self.poll_interval,
+                claiming,
                 executor=executor,
                 completer=self._completer,
                 leases=self._leases,
