@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 from asyncpg.pgproto.pgproto import UUID as PgUUID
@@ -102,15 +102,6 @@ class Target(Protocol):
 
     async def write_run(self, plan: SubmitPlan) -> tuple[uuid.UUID, bool]:
         """Insert the workflow run of ``plan``; return its id and whether this call made it."""
-        ...
-
-
-@runtime_checkable
-class ProvidesTarget(Protocol):
-    """A ``tx`` that says itself where its plans go (the test kit's ``TxRecorder``)."""
-
-    def insert_target(self) -> Target:
-        """The target that writes this ``tx``'s plans."""
         ...
 
 
