@@ -164,6 +164,10 @@ def step(name: str, **options: Unpack[StepOptions]) -> Callable[[Handler[In, Out
 
     The input and output types come from the handler's annotations; msgspec decodes the
     input into the input type (validating it) before the handler runs.
+
+    Options (:class:`StepOptions`): ``queue`` (``"default"``), ``max_attempts`` (10) and
+    ``priority`` (0, higher first), defaults that an enqueue may override; and the
+    handler's ``timeout`` in seconds or as a ``timedelta`` (None: no timeout).
     """
 
     def decorate(handler: Handler[In, Out]) -> Step[In, Out]:
@@ -175,7 +179,8 @@ def step(name: str, **options: Unpack[StepOptions]) -> Callable[[Handler[In, Out
 def action(
     name: str, **options: Unpack[StepOptions]
 ) -> Callable[[Handler[In, None]], Step[In, None]]:
-    """Declare a step that produces no output (its handler returns ``None``)."""
+    """Declare a step that produces no output (its handler returns ``None``); its options
+    are :func:`step`'s."""
 
     def decorate(handler: Handler[In, None]) -> Step[In, None]:
         return Step(name, handler, output_type=type(None), **options)
@@ -198,5 +203,7 @@ def register_kind(
 def register_kind(
     name: str, input_type: Any, output_type: Any, **options: Unpack[KindOptions]
 ) -> Kind[Any, Any]:
-    """Declare a kind without a handler, for a process that only enqueues it."""
+    """Declare a kind without a handler, for a process that only enqueues it; its options
+    (:class:`KindOptions`) are ``queue``, ``max_attempts`` and ``priority``, as
+    :func:`step`'s."""
     return Kind(name, input_type, output_type, **options)
