@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import cyclone
 from cyclone import _queries as db
@@ -129,23 +131,31 @@ FROM generate_series(1, $1::int) AS g (i)
 """
 
 
+def plan_nodes(plan: object) -> Iterator[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan, depth first."""
+    if isinstance(plan, dict):
+        if "Node Type" in plan:
+            yield plan
+        for value in plan.values():
+            yield from plan_nodes(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            yield from plan_nodes(item)
+
+
 def reads_of(plan: object, table: str) -> list[tuple[str, str, str]]:
     """(node type, index or "", index condition or "") for every scan of ``table``."""
     found: list[tuple[str, str, str]] = []
-    if isinstance(plan, dict):
-        node = plan.get("Node Type", "")
-        if plan.get("Relation Name") == table and node.endswith("Scan"):
-            index, cond = plan.get("Index Name", ""), plan.get("Index Cond", "")
-            if node == "Bitmap Heap Scan":  # by the index scans under it
-                under = [p for p in plan["Plans"] if p["Node Type"] == "Bitmap Index Scan"]
-                index = ",".join(p["Index Name"] for p in under)
-                cond = "" if len(under) != 1 else under[0].get("Index Cond", "")
-            found.append((node, index, cond))
-        for value in plan.values():
-            found += reads_of(value, table)
-    elif isinstance(plan, list):
-        for item in plan:
-            found += reads_of(item, table)
+    for node in plan_nodes(plan):
+        kind = node["Node Type"]
+        if node.get("Relation Name") != table or not kind.endswith("Scan"):
+            continue
+        index, cond = node.get("Index Name", ""), node.get("Index Cond", "")
+        if kind == "Bitmap Heap Scan":  # by the index scans under it
+            under = [p for p in node["Plans"] if p["Node Type"] == "Bitmap Index Scan"]
+            index = ",".join(p["Index Name"] for p in under)
+            cond = "" if len(under) != 1 else under[0].get("Index Cond", "")
+        found.append((kind, index, cond))
     return found
 
 
@@ -264,18 +274,12 @@ async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv)
 def runs_of(plan: object, index: str) -> list[int]:
     """The loops of every scan of ``index`` (or of the table so named, by any path) in an
     analyzed plan (0: that branch never ran)."""
-    found: list[int] = []
-    if isinstance(plan, dict):
-        if index in (plan.get("Index Name"), plan.get("Relation Name")) and "Scan" in plan.get(
-            "Node Type", ""
-        ):
-            found.append(plan["Actual Loops"])
-        for value in plan.values():
-            found += runs_of(value, index)
-    elif isinstance(plan, list):
-        for item in plan:
-            found += runs_of(item, index)
-    return found
+    return [
+        node["Actual Loops"]
+        for node in plan_nodes(plan)
+        if index in (node.get("Index Name"), node.get("Relation Name"))
+        and "Scan" in node["Node Type"]
+    ]
 
 
 async def test_a_claim_without_limits_or_keys_counts_nothing(cyclone_env: CycloneEnv) -> None:
