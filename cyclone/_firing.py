@@ -18,11 +18,10 @@ from zoneinfo import ZoneInfo
 
 from cyclone import _codec
 from cyclone import _queries as db
-from cyclone._database import ISOLATION
 from cyclone._errors import SubmitConflictError
+from cyclone._insert import plan_jobs
 from cyclone._kinds import Kind
 from cyclone._schedules import Schedule, Timing, plan, slot_key, trigger_key
-from cyclone._targets import uuid7_many
 from cyclone._wakeups import track_wakeups
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ class Firing:
         services = self.client.services
         async with services.database.acquire() as conn:
             ttx, wakeups = track_wakeups(conn)
-            async with ttx.transaction(isolation=ISOLATION):
+            async with services.database.transaction(ttx):
                 rows = await db.schedule_claim_due(
                     ttx.connection, q, sorted(self.declared), self.targets, now, _CLAIM_LIMIT
                 )
@@ -160,11 +159,7 @@ class Firing:
     async def _insert_jobs(
         self, ttx: TrackedConnection, kind: Kind[Any, Any], values: list[tuple[str, Any]]
     ) -> dict[str, uuid.UUID]:
-        what = f"input of {kind.name!r}"
-        limit = self.client.payload_limit
-        encoded = _codec.encode_many(
-            [v for _, v in values], kind.input_type, what=what, limit=limit
-        )
+        plan = plan_jobs(self.client, kind, [v for _, v in values], {})
         inserted = await db.schedule_job_insert_many(
             ttx.connection,
             self.client.queries,
@@ -172,8 +167,8 @@ class Firing:
             queue=kind.queue,
             priority=kind.priority,
             max_attempts=kind.max_attempts,
-            ids=uuid7_many(len(values)),
-            inputs=encoded,
+            ids=plan.ids,
+            inputs=plan.encoded,
             keys=[k for k, _ in values],
         )
         if inserted:

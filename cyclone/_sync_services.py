@@ -209,7 +209,7 @@ def caller_target(
     if _is_sqlalchemy(tx):
         from cyclone.integrations.sqlalchemy import sync_parts
 
-        parts = sync_parts(producer, tx, publish)
+        parts = sync_parts(tx, publish)
         if parts is not None:
             return _caller(producer, *parts)
     raise InvalidInputError(

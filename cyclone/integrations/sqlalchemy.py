@@ -164,7 +164,7 @@ NOT_IN_TRANSACTION_SA = (
 
 
 def sync_parts(
-    producer: Producer, tx: object, publish: Publish
+    tx: object, publish: Publish
 ) -> tuple[Callable[[], Any], Callable[[str], None] | None] | None:
     """For a sync ``Session`` or ``Connection``: a function giving its psycopg connection
     (checked to be in a transaction) and the wakeup recorder; None for anything else."""
