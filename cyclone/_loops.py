@@ -41,18 +41,30 @@ async def every(
     worker_id: str,
 ) -> None:
     """Run ``work`` every ``interval`` seconds (:func:`jittered` if ``jitter``) until
-    cancelled; a database failure is logged as worker ``worker_id``'s ``what`` failing, and
-    the next pass tries again."""
+    cancelled; a failed pass is logged as worker ``worker_id``'s ``what`` failing, and the
+    next pass tries again. Supervised: whatever a pass raises, the loop goes on (a heartbeat
+    that stopped would let other workers reclaim attempts that are still running)."""
     while True:
         await asyncio.sleep(jittered(interval) if jitter else interval)
         try:
             await work()
         except db.DATABASE_ERRORS as exc:
             logger.warning(
-                "worker %s: %s failed: %s; trying again in %.3g s",
+                "worker %s: %s failed: %s; trying again at the next pass, in about %.3g s",
                 worker_id,
                 what,
                 exc,
                 interval,
+                extra={"worker": worker_id},
+            )
+        except Exception as exc:  # a bug, or a closing pool: say so, and keep the loop alive
+            logger.error(
+                "worker %s: %s failed: %s: %s; trying again at the next pass, in about %.3g s",
+                worker_id,
+                what,
+                type(exc).__name__,
+                exc,
+                interval,
+                exc_info=exc,
                 extra={"worker": worker_id},
             )
