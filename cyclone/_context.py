@@ -122,17 +122,9 @@ class CompletionTx:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        try:
-            # Releasing a detached proxy (its connection lost) does nothing.
-            await asyncio.shield(self._database.pool.release(conn))
-        except db.DATABASE_ERRORS as exc:
-            # The pool could not reset the connection; it has closed it and opens another.
-            logger.warning(
-                "the pool could not reset the connection of a completion transaction after "
-                "it ended (%s: %s); the pool closes it and opens another",
-                type(exc).__name__,
-                exc,
-            )
+        # Not waited for: the attempt's slot frees without the pool's reset round trip (a
+        # failed reset is logged, and asyncpg closes that connection).
+        self._database.release_soon(conn)
 
 
 class HandlerScope:

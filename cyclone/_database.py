@@ -93,7 +93,7 @@ class Database:
         self.check_loop()
         conn, self._spare = self._spare, None
         if conn is not None and conn.is_closed():
-            self._release_soon(conn)  # the pool takes a closed connection back too
+            self.release_soon(conn)  # the pool takes a closed connection back too
             conn = None
         if conn is None:
             conn = await self.acquire()
@@ -106,7 +106,7 @@ class Database:
                 self._spare = conn
                 asyncio.get_running_loop().call_soon(self._release_spare, conn)
             else:
-                self._release_soon(conn)
+                self.release_soon(conn)
 
     async def aclose(self) -> None:
         """Give back the kept connection and wait for the releases in flight."""
@@ -118,9 +118,11 @@ class Database:
         """Give the kept connection back (only ``conn``, if given: it may be in use again)."""
         if self._spare is not None and (conn is None or self._spare is conn):
             conn, self._spare = self._spare, None
-            self._release_soon(conn)
+            self.release_soon(conn)
 
-    def _release_soon(self, conn: PooledConnection) -> None:
+    def release_soon(self, conn: PooledConnection) -> None:
+        """Give ``conn`` back to the pool without waiting for its reset round trip; the
+        release is awaited by :meth:`aclose`."""
         # A task of its own, so the caller's cancellation cannot stop it (asyncpg's release
         # is shielded too, and closes a connection it cannot reset).
         task = asyncio.get_running_loop().create_task(

@@ -298,7 +298,9 @@ class Worker(AsyncResource):
         await self.start()
 
     async def _end(self, failed: bool) -> None:
-        await self.stop()
+        # Shielded: a cancelled ``async with`` still stops everything it started (a second
+        # stop() returns at once, so nothing else would).
+        await asyncio.shield(self.stop())
 
     def _on_wakeup(self, queue: str) -> None:
         if not queue:  # the listener reconnected: every queue polls now
