@@ -39,6 +39,7 @@ from cyclone._run import (
     RunQuery,
     RunState,
 )
+from cyclone._sql import Queries
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,22 +251,8 @@ class Runs:
 
     async def page(self, query: RunQuery) -> RunPage:
         """Runs matching ``query``, newest first: one page (``Client.list_runs``)."""
-        limit = validate_int(query.limit, what="limit", low=1)
-        filters = search_args(query)
-        q = self.database.queries
         async with self.database.acquire() as conn:
-            rows = await db.run_search(conn, q, filters, limit=limit + 1, scan=query.scan)
-            runs = [run_info(r) for r in rows[:limit]]
-            if len(rows) > limit:
-                next_cursor: str | None = str(runs[-1].id)
-            elif query.scan is not None:
-                # A short page from a bounded walk: go on from where the walk ended, if the
-                # history goes on.
-                end = await db.run_walk_end(conn, q, filters.cursor, query.scan)
-                next_cursor = None if end is None else str(end)
-            else:
-                next_cursor = None
-        return RunPage(runs=runs, next_cursor=next_cursor)
+            return await page_on(conn, self.database.queries, query)
 
     async def purge(
         self,
@@ -352,3 +339,21 @@ def run_info(row: db.Record, payload: db.Record | None = None) -> RunInfo:
         input=input,
         output=output,
     )
+
+
+async def page_on(conn: db.Conn, q: Queries, query: RunQuery) -> RunPage:
+    """One page of runs matching ``query``, newest first, read on ``conn`` (either driver)."""
+    limit = validate_int(query.limit, what="limit", low=1)
+    filters = search_args(query)
+    rows = await db.run_search(conn, q, filters, limit=limit + 1, scan=query.scan)
+    runs = [run_info(r) for r in rows[:limit]]
+    if len(rows) > limit:
+        next_cursor: str | None = str(runs[-1].id)
+    elif query.scan is not None:
+        # A short page from a bounded walk: go on from where the walk ended, if the history
+        # goes on.
+        end = await db.run_walk_end(conn, q, filters.cursor, query.scan)
+        next_cursor = None if end is None else str(end)
+    else:
+        next_cursor = None
+    return RunPage(runs=runs, next_cursor=next_cursor)

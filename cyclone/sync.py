@@ -21,7 +21,6 @@ import psycopg
 import psycopg_pool
 
 from cyclone import _codec, _transitions
-from cyclone import _queries as db
 from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._drivers import connect, run_sync
 from cyclone._errors import InvalidInputError
@@ -32,7 +31,7 @@ from cyclone._notifier import queue_payload
 from cyclone._observe import Observers
 from cyclone._options import EnqueueManyOptions, EnqueueOptions, SubmitOptions, validate_int
 from cyclone._run import RunInfo, RunPage, RunQuery, RunState
-from cyclone._runs import result_of, run_info, search_args
+from cyclone._runs import page_on, result_of
 from cyclone._sql import Queries
 from cyclone._sync_services import (
     SyncDatabase,
@@ -330,23 +329,8 @@ class Client:
 
     def list_runs(self, query: RunQuery | None = None) -> RunPage:
         """Runs matching ``query``, newest first, one page at a time (as ``cyclone.Client``)."""
-        query = query or RunQuery()
-        limit = validate_int(query.limit, what="limit", low=1)
-        filters = search_args(query)
         with self.services.database.connection() as raw:
-            conn = connect(raw)
-            rows = run_sync(
-                db.run_search(conn, self.queries, filters, limit=limit + 1, scan=query.scan)
-            )
-            runs = [run_info(r) for r in rows[:limit]]
-            if len(rows) > limit:
-                next_cursor: str | None = str(runs[-1].id)
-            elif query.scan is not None:
-                end = run_sync(db.run_walk_end(conn, self.queries, filters.cursor, query.scan))
-                next_cursor = None if end is None else str(end)
-            else:
-                next_cursor = None
-        return RunPage(runs=runs, next_cursor=next_cursor)
+            return run_sync(page_on(connect(raw), self.queries, query or RunQuery()))
 
     def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output."""
