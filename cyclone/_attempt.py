@@ -149,9 +149,24 @@ def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = Non
     )
 
 
-class ConnectionLost(ConnectionError):
-    """The connection under a completion transaction was lost before its commit: the
-    handler's writes were rolled back with it (kept as the attempt's error)."""
+class CompletionAborted(Exception):
+    """A completion transaction ended without committing, certainly: the handler's writes
+    were rolled back with it, and the attempt fails with this as its error."""
+
+
+class ConnectionLost(CompletionAborted, ConnectionError):
+    """The connection under a completion transaction was lost before its commit."""
+
+
+def aborted_completion(exc: BaseException) -> CompletionAborted:
+    """The error kept for an attempt whose completion transaction the server refused (a
+    statement in it failed, or its COMMIT did): nothing of it was written."""
+    aborted = CompletionAborted(
+        f"the completion transaction failed and was rolled back ({type(exc).__name__}: "
+        f"{exc}); the handler's writes in it were rolled back"
+    )
+    aborted.__cause__ = exc
+    return aborted
 
 
 def lost_completion(exc: BaseException) -> ConnectionLost:

@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
+
 from cyclone import _queries as db
 from cyclone import _transitions
 from cyclone._attempt import (
@@ -34,6 +36,7 @@ from cyclone._attempt import (
     Outcome,
     Released,
     Retry,
+    aborted_completion,
     lost_completion,
 )
 from cyclone._database import Database
@@ -287,7 +290,9 @@ class Completer:
         A rejected completion (the attempt lost its task) rolls everything back, business
         writes included. A connection lost before the commit raises :class:`ConnectionLost`
         (nothing was written: the caller makes it the attempt's error); one lost during the
-        commit is settled by the record.
+        commit is settled by the record. A statement or COMMIT the server refused (the
+        handler left the transaction aborted, a deferred constraint failed) raises
+        :class:`CompletionAborted`: the server rolled it back, so that is certain too.
         """
         completion = outcome.completion
         assert completion is not None
@@ -297,6 +302,8 @@ class Completer:
             await asyncio.shield(completion.rollback())
             if isinstance(exc, db.RETRYABLE_ERRORS):
                 raise lost_completion(exc) from exc
+            if isinstance(exc, asyncpg.PostgresError):
+                raise aborted_completion(exc) from exc
             raise
         if not accepted:
             await completion.rollback()
@@ -307,6 +314,8 @@ class Completer:
             # The commit may have gone through before the connection failed: ask the record.
             if not await self._committed_anyway(outcome):
                 raise lost_completion(exc) from exc
+        except asyncpg.PostgresError as exc:  # refused at COMMIT: rolled back
+            raise aborted_completion(exc) from exc
         queues = [queue_payload(q) for q in completion.wakeups.take()]
         self._publish(effects.payloads() + queues)
         return True

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from cyclone import _queries as db
-from cyclone._attempt import Claimed, Completed, ConnectionLost, Lost, Outcome
+from cyclone._attempt import Claimed, Completed, CompletionAborted, Lost, Outcome
 from cyclone._completer import Completer
 from cyclone._database import Database
 from cyclone._executor import Executor
@@ -220,7 +220,7 @@ class Producer:
         if isinstance(outcome, Completed) and outcome.completion is not None:
             try:
                 return outcome, await self._completer.commit(outcome)  # in the slot
-            except ConnectionLost as exc:  # nothing was written: the attempt failed
+            except CompletionAborted as exc:  # nothing was written: the attempt failed
                 outcome = self._executor.failure(outcome.claimed, exc)
         verdict = self._completer.submit(outcome)
         slot.free()

@@ -6,9 +6,11 @@ Every way an attempt can end without completing rolls all of it back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
+import asyncpg
 import msgspec
 import pytest
 
@@ -221,3 +223,26 @@ async def test_duplicate_in_completion_keeps_it_usable(effects_env: CycloneEnv) 
         ["enqueued", f"duplicate of {holder.id}"]
     )
     assert await follow_ups(effects_env) == 2
+
+
+@cyclone.step("aborting", max_attempts=3)
+async def aborting(ctx: cyclone.Context, n: int) -> int:
+    conn = await ctx.completion_tx()
+    if ctx.attempt == 1:  # a failed statement caught by the handler: the transaction aborts
+        with contextlib.suppress(asyncpg.DivisionByZeroError):
+            await conn.execute("SELECT 1 / 0")
+    return n
+
+
+async def test_a_completion_transaction_the_server_refused_fails_the_attempt_at_once(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """Its completion statement fails (the transaction is aborted): nothing was written, for
+    certain, so the attempt fails then and there and the next one runs, rather than waiting
+    for the lease (a minute here) to run out."""
+    run = await aborting.enqueue(cyclone_env.client, 7)
+    async with fast_worker(cyclone_env.client, steps=[aborting], lease=60.0):
+        assert await run.result(timeout=30) == 7
+    [error] = (await run.info()).nodes[0].errors
+    assert error["type"] == "CompletionAborted"
+    assert "InFailedSQLTransactionError" in error["message"] and error["attempt"] == 1
