@@ -185,14 +185,12 @@ async def fail_node_or_job(
     With ``expired_only`` (maintenance), only while the task's lease is still expired.
     """
     if node is None:
-        failed = await db.last_attempt_fail(
-            conn, q, "job_fail", run_id, task_id, claims, error, expired_only=expired_only
+        failed = await db.job_fail(
+            conn, q, run_id, task_id, claims, error, expired_only=expired_only
         )
         return failed, Effects(ended={run_id} if failed else set())
     await db.run_lock_many(conn, q, [run_id])
-    if not await db.last_attempt_fail(
-        conn, q, "node_fail", run_id, task_id, claims, error, expired_only=expired_only
-    ):
+    if not await db.node_fail(conn, q, run_id, task_id, claims, error, expired_only=expired_only):
         return False, Effects()
     await db.run_fail(conn, q, run_id, error, drop_running=False)
     return True, Effects(ended={run_id})

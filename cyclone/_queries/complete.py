@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from cyclone._queries.conn import Conn, Record, fetch, fetchval
 from cyclone._sql import Queries
@@ -79,10 +78,9 @@ async def task_retry_many(
     )
 
 
-async def last_attempt_fail(
+async def job_fail(
     conn: Conn,
     q: Queries,
-    statement: Literal["job_fail", "node_fail"],
     run_id: uuid.UUID,
     task_id: int,
     claims: int,
@@ -90,12 +88,35 @@ async def last_attempt_fail(
     *,
     expired_only: bool,
 ) -> bool:
-    """Fail a last attempt: of a job (whether its run failed by this call) or of a workflow
-    node (whether the attempt still owned its task)."""
+    """Fail a job's last attempt; whether its run failed by this call."""
     row = await fetchval(
         conn,
         q,
-        statement,
+        "job_fail",
+        run_id=run_id,
+        task_id=task_id,
+        claims=claims,
+        error=error,
+        expired_only=expired_only,
+    )
+    return row is not None
+
+
+async def node_fail(
+    conn: Conn,
+    q: Queries,
+    run_id: uuid.UUID,
+    task_id: int,
+    claims: int,
+    error: str,
+    *,
+    expired_only: bool,
+) -> bool:
+    """Fail a workflow node's last attempt; whether the attempt still owned its task."""
+    row = await fetchval(
+        conn,
+        q,
+        "node_fail",
         run_id=run_id,
         task_id=task_id,
         claims=claims,

@@ -53,15 +53,18 @@ async def job_insert_many(
         "payload": payload,
     }
     # Work with no group key goes through statements that write no column of migration 0008.
-    suffix = ""
-    if group is not None:
-        job["group_key"], suffix = group, "_grouped"
     if unique is None:
-        await execute(conn, q, "job_insert_many" + suffix, ids=ids, inputs=inputs, **job)
+        if group is None:
+            await execute(conn, q, "job_insert_many", ids=ids, inputs=inputs, **job)
+        else:
+            grouped = {"ids": ids, "inputs": inputs, "group_key": group}
+            await execute(conn, q, "job_insert_many_grouped", **grouped, **job)
         return len(ids)
-    count: int = await fetchval(
-        conn, q, "job_insert_unique" + suffix, id=ids[0], input=inputs[0], unique_key=unique, **job
-    )
+    one = {"id": ids[0], "input": inputs[0], "unique_key": unique}
+    if group is None:
+        count: int = await fetchval(conn, q, "job_insert_unique", **one, **job)
+    else:
+        count = await fetchval(conn, q, "job_insert_unique_grouped", **one, group_key=group, **job)
     return count
 
 

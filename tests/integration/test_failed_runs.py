@@ -154,8 +154,8 @@ async def test_cancel_waiting_on_a_job_retry_leaves_no_task(cyclone_env: Cyclone
     async with cyclone_env.pool.acquire() as conn:
         [row] = await db.task_claim(conn, q, "default", ["failed.once"], 1, 30.0, "w", [])
         async with conn.transaction():
-            assert await db.last_attempt_fail(
-                conn, q, "job_fail", run.id, row["id"], row["claims"], "{}", expired_only=False
+            assert await db.job_fail(
+                conn, q, run.id, row["id"], row["claims"], "{}", expired_only=False
             )
     async with cyclone_env.pool.acquire() as retrier:
         tx = retrier.transaction()

@@ -158,7 +158,7 @@ async def test_a_failure_whose_reply_was_lost_counts_as_accepted(
     cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run, claimed = await flaky_claimed(cyclone_env)
-    calls = reply_lost_once(monkeypatch, "last_attempt_fail")
+    calls = reply_lost_once(monkeypatch, "job_fail")
     failed = Failed(claimed, '{"type": "E", "at": "now"}', RuntimeError("E"), "failed")
     async with running_completer(cyclone_env) as completer:
         assert await written(completer, failed) is True
@@ -212,8 +212,8 @@ async def test_released_and_failed_attempts_are_named_by_the_record(
         # Failures: found by their error record.
         third = await claim(cyclone_env, flaky)
         async with conn.transaction():
-            assert await db.last_attempt_fail(
-                conn, q, "job_fail", run.id, third.id, third.claims, '{"n": 3}', expired_only=False
+            assert await db.job_fail(
+                conn, q, run.id, third.id, third.claims, '{"n": 3}', expired_only=False
             )
         assert await db.attempts_failed(conn, q, [run.id], [None], ['{"n": 3}']) == {(run.id, None)}
         assert not await db.attempts_failed(conn, q, [run.id], [None], ['{"n": 2}'])
@@ -229,8 +229,8 @@ async def test_a_stale_attempt_of_a_retried_job_is_not_confirmed(
     run, stale = await claimed_with_expired_lease(cyclone_env)
     async with cyclone_env.pool.acquire() as conn, conn.transaction():
         # Maintenance fails the job: its last attempt's lease expired.
-        assert await db.last_attempt_fail(
-            conn, q, "job_fail", stale.run_id, stale.id, stale.claims, "{}", expired_only=True
+        assert await db.job_fail(
+            conn, q, stale.run_id, stale.id, stale.claims, "{}", expired_only=True
         )
     await run.retry_all()
     async with cyclone_env.pool.acquire() as conn:

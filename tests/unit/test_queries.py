@@ -47,14 +47,4 @@ def test_every_wrapper_passes_its_statements_parameters_by_name() -> None:
 
 def test_every_statement_has_a_wrapper() -> None:
     sent = {statement for _, statement, _, _ in _sends()}
-    # Sent under a name computed from a suffix or an argument: "job_insert_many" + "_grouped"
-    # (and the unique ones), last_attempt_fail's statement.
-    computed = {
-        "job_insert_many",
-        "job_insert_many_grouped",
-        "job_insert_unique",
-        "job_insert_unique_grouped",
-        "job_fail",
-        "node_fail",
-    }
-    assert set(_STATEMENTS) - sent == computed
+    assert set(_STATEMENTS) - sent == set()
