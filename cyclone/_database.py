@@ -92,7 +92,7 @@ class Database:
         """
         self.check_loop()
         conn, self._spare = self._spare, None
-        if conn is not None and conn.is_closed():
+        if conn is not None and not _reusable(conn):
             self.release_soon(conn)  # the pool takes a closed connection back too
             conn = None
         if conn is None:
@@ -100,7 +100,7 @@ class Database:
         clean = False
         try:
             yield conn
-            clean = not conn.is_in_transaction()
+            clean = _reusable(conn)
         finally:
             if clean and self._spare is None:
                 self._spare = conn
@@ -153,3 +153,13 @@ class Database:
         await _schema.wait_until_ready(
             self.pool, self.queries, wait_for_schema=wait_for_schema, listens=self.listens
         )
+
+
+def _reusable(conn: PooledConnection) -> bool:
+    """Whether ``conn`` can serve the next borrow: open and outside a transaction. A
+    connection the server ended is detached from its proxy, whose every call then raises
+    ``InterfaceError``: not reusable either."""
+    try:
+        return not conn.is_closed() and not conn.is_in_transaction()
+    except asyncpg.InterfaceError:
+        return False
