@@ -41,7 +41,7 @@ from cyclone._run import (
     UnservedWork,
     WorkerInfo,
 )
-from cyclone._runs import Retention, Runs, search_args
+from cyclone._runs import PURGE_BATCH, Retention, Runs, search_args
 from cyclone._scheduler import Schedules
 from cyclone._services import Services
 from cyclone._sql import Queries
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cyclone")
 
 
-_PURGE_BATCH = 1000
 _MIGRATE_TRIES = 5
 _THROUGHPUT_MAX_MINUTES = 24 * 60
 _T = TypeVar("_T")
@@ -276,9 +275,7 @@ class Client(AsyncResource):
         """
         age = dt.timedelta(seconds=seconds(older_than, what="older_than"))
         wanted = [RunState(s) for s in states]
-        return await self.services.runs.purge(
-            [(s, age) for s in wanted], _PURGE_BATCH, batches=None
-        )
+        return await self.services.runs.purge([(s, age) for s in wanted], PURGE_BATCH, batches=None)
 
     async def stats(self) -> list[QueueStats]:
         """Live work per queue, for dashboards and ``cyclone stats``."""

@@ -41,6 +41,9 @@ from cyclone._run import (
 )
 from cyclone._sql import Queries
 
+# Runs deleted per purge statement: each sweep holds its locks only briefly.
+PURGE_BATCH = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class Retention:
@@ -54,7 +57,7 @@ class Retention:
     completed: dt.timedelta | None = None
     failed: dt.timedelta | None = None
     cancelled: dt.timedelta | None = None
-    batch: int = 1000
+    batch: int = PURGE_BATCH
 
     def __post_init__(self) -> None:
         for name in ("completed", "failed", "cancelled"):

@@ -14,6 +14,7 @@ from rich.table import Column, Table
 
 from cyclone._client import Client
 from cyclone._run import RunInfo, RunQuery, RunState
+from cyclone._runs import PURGE_BATCH
 from cyclone.cli._common import (
     Failure,
     add_row,
@@ -193,18 +194,18 @@ def purge(ctx: click.Context, older_than: str, state: tuple[str, ...]) -> None:
     states = [RunState(s) for s in (state or ("completed", "failed", "cancelled"))]
 
     async def go(client: Client) -> int:
-        total = 0
         with Progress(console=Console(stderr=True), transient=True) as progress:
             task = progress.add_task("purging", total=None)
 
-            def purged(count: int) -> None:
-                nonlocal total
-                total += count
-                progress.update(task, advance=count, description=f"purged {total}")
+            seen = 0
 
-            await client.services.runs.purge(
-                [(s, age) for s in states], 1000, batches=None, on_batch=purged
+            def purged(count: int) -> None:
+                nonlocal seen
+                seen += count
+                progress.update(task, advance=count, description=f"purged {seen}")
+
+            return await client.services.runs.purge(
+                [(s, age) for s in states], PURGE_BATCH, batches=None, on_batch=purged
             )
-        return total
 
     click.echo(f"purged {with_client(ctx, go)} runs")
