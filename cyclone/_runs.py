@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -81,8 +81,8 @@ class Retention:
         ]
 
 
-_WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notifications do
-_DIAGNOSE_TIMEOUT = 2.0  # seconds a timed-out wait spends finding what holds the run up
+WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notifications do
+DIAGNOSE_TIMEOUT = 2.0  # seconds a timed-out wait spends finding what holds the run up
 _T = TypeVar("_T")
 
 
@@ -131,7 +131,7 @@ class Runs:
         read: Callable[[uuid.UUID], Awaitable[tuple[RunState, _T]]],
     ) -> tuple[RunState, _T]:
         """``read`` the run until its state is terminal; woken by the run's end notification,
-        polled with a growing delay (at most ``_WAIT_POLL_MAX``) as the floor.
+        polled with a growing delay (at most ``WAIT_POLL_MAX``) as the floor.
 
         When ``timeout`` passes, the builtin :class:`TimeoutError` says which run, and what
         holds it up if no live worker serves some of its claimable work.
@@ -146,22 +146,12 @@ class Runs:
             raise TimeoutError(await self._timeout_message(run_id, timeout)) from None
 
     async def _timeout_message(self, run_id: uuid.UUID, timeout: float | None) -> str:
-        message = f"run {run_id} did not end within {timeout:g} s"
         try:
-            async with asyncio.timeout(_DIAGNOSE_TIMEOUT), self.database.acquire() as conn:
+            async with asyncio.timeout(DIAGNOSE_TIMEOUT), self.database.acquire() as conn:
                 rows = await db.run_unserved(conn, self.database.queries, run_id)
         except (*db.DATABASE_ERRORS, InvalidStateError, TimeoutError) as exc:
-            return f"{message} (what holds it up is unknown: {exc!r})"
-        blocked = [
-            (f"node {r['node']!r} ({r['kind']})" if r["node"] else f"job {r['kind']!r}")
-            + f" on queue {r['queue']!r}"
-            for r in rows
-        ]
-        if len(blocked) == 1:
-            message += f": {blocked[0]} is available and no live worker serves it"
-        elif blocked:
-            message += f": {', '.join(blocked)} are available and no live worker serves them"
-        return message
+            return timeout_message(run_id, timeout, exc)
+        return timeout_message(run_id, timeout, rows)
 
     async def _poll_until_ended(
         self, run_id: uuid.UUID, read: Callable[[uuid.UUID], Awaitable[tuple[RunState, _T]]]
@@ -182,7 +172,7 @@ class Runs:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(event.wait(), delay)
                     event.clear()
-                delay = min(delay * 2, _WAIT_POLL_MAX)
+                delay = min(delay * 2, WAIT_POLL_MAX)
         finally:
             if notifier is not None and event is not None:
                 notifier.unwatch_run(run_id, event)
@@ -360,3 +350,23 @@ async def page_on(conn: db.Conn, q: Queries, query: RunQuery) -> RunPage:
     else:
         next_cursor = None
     return RunPage(runs=runs, next_cursor=next_cursor)
+
+
+def timeout_message(
+    run_id: uuid.UUID, timeout: float | None, unserved: Sequence[db.Record] | BaseException
+) -> str:
+    """What a wait that timed out says: which run, and what holds it up, from its
+    ``run_unserved`` rows (or the error that kept them from being read)."""
+    message = f"run {run_id} did not end within {timeout:g} s"
+    if isinstance(unserved, BaseException):
+        return f"{message} (what holds it up is unknown: {unserved!r})"
+    blocked = [
+        (f"node {r['node']!r} ({r['kind']})" if r["node"] else f"job {r['kind']!r}")
+        + f" on queue {r['queue']!r}"
+        for r in unserved
+    ]
+    if len(blocked) == 1:
+        message += f": {blocked[0]} is available and no live worker serves it"
+    elif blocked:
+        message += f": {', '.join(blocked)} are available and no live worker serves them"
+    return message

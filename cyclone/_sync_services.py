@@ -22,14 +22,13 @@ from cyclone._drivers import connect, run_sync
 from cyclone._errors import InvalidInputError, NotInTransactionError, RunNotFoundError
 from cyclone._notifier import queue_payload
 from cyclone._run import RunInfo, RunState
-from cyclone._runs import run_info
+from cyclone._runs import WAIT_POLL_MAX, run_info, timeout_message
 from cyclone._sql import Queries
 from cyclone._targets import CallerTransaction, DatabaseTarget, Producer
 from cyclone._wakeups import SyncTrackedConnection
 
 logger = logging.getLogger("cyclone")
 
-_WAIT_POLL_MAX = 1.0
 NOTIFY_FULL = (psycopg.errors.ProgramLimitExceeded,)
 NOT_IN_TRANSACTION_PSYCOPG = (
     "a *_tx call needs a psycopg connection inside a transaction (with conn.transaction(), "
@@ -151,10 +150,18 @@ class SyncRuns:
             if RunState(state).terminal:
                 return RunState(state), row
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {run_id} did not end within {timeout:g} s")
+                raise TimeoutError(self._timeout_message(run_id, timeout))
             pause = delay if deadline is None else min(delay, deadline - time.monotonic())
             time.sleep(max(pause, 0.0))
-            delay = min(delay * 2, _WAIT_POLL_MAX)
+            delay = min(delay * 2, WAIT_POLL_MAX)
+
+    def _timeout_message(self, run_id: uuid.UUID, timeout: float | None) -> str:
+        try:
+            with self.database.connection() as raw:
+                rows = run_sync(db.run_unserved(connect(raw), self.database.queries, run_id))
+        except (psycopg.Error, OSError) as exc:
+            return timeout_message(run_id, timeout, exc)
+        return timeout_message(run_id, timeout, rows)
 
 
 class SyncOwnStatement(DatabaseTarget):
