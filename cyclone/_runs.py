@@ -182,13 +182,13 @@ class Runs:
         """The run with its nodes, edges, input and output."""
         q = self.database.queries
         async with self.database.acquire() as conn:
-            rows = await db.run_list(conn, q, run_id)
-            if not rows:
+            row = await db.run_get(conn, q, run_id)
+            if row is None:
                 raise RunNotFoundError(run_id)
             nodes = await db.run_nodes(conn, q, run_id)
             edges = await db.run_edges(conn, q, run_id)
             payload = await db.run_payload(conn, q, run_id)
-        info = run_info(rows[0], payload)
+        info = run_info(row, payload)
         info.edges.extend((e["parent"], e["child"]) for e in edges)
         info.nodes.extend(
             NodeInfo(

@@ -123,10 +123,10 @@ class SyncRuns:
     def info(self, run_id: uuid.UUID) -> RunInfo:
         """What the run is and where it stands (as in ``client.list_runs``)."""
         with self.database.connection() as raw:
-            rows = run_sync(db.run_list(connect(raw), self.database.queries, run_id))
-        if not rows:
+            row = run_sync(db.run_get(connect(raw), self.database.queries, run_id))
+        if row is None:
             raise RunNotFoundError(run_id)
-        return run_info(rows[0])
+        return run_info(row)
 
     def until_ended(
         self, run_id: uuid.UUID, timeout: float | None, *, result: bool

@@ -42,11 +42,9 @@ class RunFilters:
     queue: str | None = None
 
 
-async def run_list(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
-    """The run ``run_id`` as listed, if visible (run_list's other filters left unset)."""
-    unset = vars(RunFilters())
-    del unset["queue"]  # not a filter of run_list
-    return await fetch(conn, q, "run_list", run_id=run_id, **unset, limit=1)
+async def run_get(conn: Conn, q: Queries, run_id: uuid.UUID) -> Record | None:
+    """The run ``run_id`` as listed, if visible."""
+    return await fetchrow(conn, q, "run_get", run_id=run_id)
 
 
 async def run_nodes(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:

@@ -35,22 +35,13 @@ FROM __schema__.cyclone_runs r WHERE r.id = :run_id;
 SELECT r.input::text AS input, /* fragment: run_output */ AS output
 FROM __schema__.cyclone_runs r WHERE r.id = :run_id;
 
--- name: run_list(run_id, name, key, created_after, created_before, cursor, states, limit)
--- Newest first; keyset pagination on the time-ordered id. Every filter is optional; the
--- state filter compares the state as reported (a pending run that started is running).
+-- name: run_get(run_id)
+-- One run as listed (run_search's columns), its state as reported (a pending run that
+-- started is running). Listing goes through run_search.
 SELECT r.id, r.name, r.job, r.key, r.created_at, r.finished_at, r.error::text AS error,
-    live.state
+    /* fragment: reported_state */ AS state
 FROM __schema__.cyclone_runs r
-CROSS JOIN LATERAL (SELECT /* fragment: reported_state */ AS state) live
-WHERE (:run_id::uuid IS NULL OR r.id = :run_id)
-  AND (:name::text IS NULL OR r.name = :name)
-  AND (:key::text IS NULL OR r.key = :key)
-  AND (:created_after::timestamptz IS NULL OR r.created_at >= :created_after)
-  AND (:created_before::timestamptz IS NULL OR r.created_at < :created_before)
-  AND (:cursor::uuid IS NULL OR r.id < :cursor)
-  AND (:states::text[] IS NULL OR live.state = ANY (:states))
-ORDER BY r.id DESC
-LIMIT :limit;
+WHERE r.id = :run_id;
 
 -- name: run_nodes(run_id)
 -- Each node's state, by node name: a queued node's live task tells available, scheduled or

@@ -84,8 +84,9 @@ async def test_listing_walks_the_primary_key(cyclone_env: CycloneEnv) -> None:
     for _ in range(5):
         await noop.enqueue_many(cyclone_env.client, list(range(2_000)))
     await cyclone_env.pool.execute("ANALYZE")
-    args = [None, "plan.noop", None, None, None, None, None, 50]
-    plan = await explain(cyclone_env, "run_list", *args)
+    # run_search: name, key, created_after, created_before, cursor, states, queue, limit, scan
+    args = ["plan.noop", None, None, None, None, None, None, 50, None]
+    plan = await explain(cyclone_env, "run_search", *args)
     assert "cyclone_runs_pkey" in plan
     assert "seq:cyclone_runs" not in plan
 
