@@ -215,6 +215,14 @@ class Executor:
     def report(self, outcome: Outcome, accepted: bool, started: float) -> None:
         """Log the outcome as the database took it, and tell the observers."""
         c = outcome.claimed
+        # The common case logs at debug level only: build no log fields for it unless shown.
+        if not (accepted and isinstance(outcome, Completed)) or logger.isEnabledFor(logging.DEBUG):
+            self._log(outcome, accepted)
+        name = outcome.name if accepted else "rejected"
+        self._client.observers.finished(c.kind, c.queue, name, time.perf_counter() - started)
+
+    def _log(self, outcome: Outcome, accepted: bool) -> None:
+        c = outcome.claimed
         log = c.log_fields()
         if isinstance(outcome, Completed):
             if accepted:
@@ -258,5 +266,3 @@ class Executor:
                 logger.info("%s interrupted by shutdown; handed back to its queue", c, extra=log)
             else:
                 logger.info("%s interrupted by shutdown; %s", c, _NOT_OWNED, extra=log)
-        name = outcome.name if accepted else "rejected"
-        self._client.observers.finished(c.kind, c.queue, name, time.perf_counter() - started)
