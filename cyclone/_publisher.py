@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from cyclone import _queries as db
 from cyclone._database import Database
 from cyclone._errors import InvalidStateError
+from cyclone._loops import wait_woken
 from cyclone._notifier import queue_payload
 from cyclone._wakeups import Wakeups
 
@@ -99,10 +100,11 @@ class Publisher:
             await self._flush()
 
     async def _flush_soon(self) -> None:
-        if self.coalesce > 0:
-            with contextlib.suppress(TimeoutError):  # the window closes, or the client does
-                await asyncio.wait_for(self._closing.wait(), self.coalesce)
+        # Every batch waits out its window, also those that gathered while the last NOTIFY
+        # was in flight (until the client closes: then at once).
         while self._pending:
+            if self.coalesce > 0 and not self._closing.is_set():
+                await wait_woken(self._closing, self.coalesce)
             await self._flush()
 
     async def _flush(self) -> None:

@@ -341,3 +341,23 @@ async def test_sequenced_enqueue_publishes_after_its_transaction(
     await cyclone_env.client.aclose()
     await listener.settle()
     assert listener.counts() == {"q:mail": 1}
+
+
+async def test_the_coalescing_window_holds_under_steady_publishing(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    """Publishes that keep coming, some while a NOTIFY is in flight, still go out at most
+    once per window: not back to back once the first window has closed."""
+    window = 0.2
+    client = cyclone.Client(cyclone_env.pool, notify_coalesce=window)
+    publisher = client.services.publisher
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 1.0
+    while loop.time() < end:
+        publisher.wake(["steady"])
+        await asyncio.sleep(0)  # the event loop's turn: a NOTIFY in flight goes on
+    await client.aclose()
+    await listener.settle()
+    sent = listener.counts()["q:steady"]
+    # One per window over the second, plus the one aclose() flushes; back to back, hundreds.
+    assert 1 <= sent <= 1.0 / window + 2
