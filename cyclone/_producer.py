@@ -69,7 +69,6 @@ class Producer:
         self.name = name
         self.limit = limit
         self._claiming = claiming
-        self._worker_id = claiming.worker_id
         self._executor = executor
         self._completer = completer
         self._leases = leases
@@ -146,10 +145,10 @@ class Producer:
             self._held = False
             logger.warning(
                 "worker %s: claiming from queue %r failed: %s; trying again at the next poll",
-                self._worker_id,
+                self._claiming.worker_id,
                 self.name,
                 exc,
-                extra={"worker": self._worker_id, "queue": self.name},
+                extra={"worker": self._claiming.worker_id, "queue": self.name},
             )
         finally:
             self._reserved -= limit
@@ -168,12 +167,12 @@ class Producer:
                 self._claiming.kinds,
                 limit,
                 self._claiming.lease,
-                self._worker_id,
+                self._claiming.worker_id,
                 self._claiming.workflows,
             )
             loop = asyncio.get_running_loop()
             for row in rows:
-                claimed = Claimed.from_row(row, queue=self.name, worker=self._worker_id)
+                claimed = Claimed.from_row(row, queue=self.name, worker=self._claiming.worker_id)
                 self._running += 1
                 task = loop.create_task(self._attempt(claimed), name=f"cyclone-task-{claimed.id}")
                 self._leases.hold(claimed, task)
