@@ -60,10 +60,10 @@ def validate_queue(queue: object) -> str:
     return queue
 
 
-def validate_int(value: object, *, what: str, low: int) -> int:
-    """An int (not bool) between ``low`` and the int32 limit."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _INT32:
-        raise InvalidInputError(f"{what} must be an int from {low} to {_INT32}, got {value!r}")
+def validate_int(value: object, *, what: str, low: int, high: int = _INT32) -> int:
+    """An int (not bool) between ``low`` and ``high`` (by default the int32 limit)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInputError(f"{what} must be an int from {low} to {high}, got {value!r}")
     return value
 
 

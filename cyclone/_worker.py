@@ -122,7 +122,7 @@ class Worker(AsyncResource):
             if maintenance_interval is not None
             else max(self.poll_interval, min(self.lease / 2, 5.0))
         )
-        self.claim_batch = validate_int(claim_batch, what="claim_batch", low=1)
+        self.claim_batch = validate_int(claim_batch, what="claim_batch", low=1, high=db.CLAIM_MAX)
         self.backoff = backoff
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._kinds = sorted(self._steps)

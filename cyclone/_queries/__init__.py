@@ -11,7 +11,7 @@ caller's business; nothing here begins or commits. Callers use the package as on
 
 from __future__ import annotations
 
-from cyclone._queries.claim import task_claim, task_heartbeat, task_pending_work
+from cyclone._queries.claim import CLAIM_MAX, task_claim, task_heartbeat, task_pending_work
 from cyclone._queries.complete import (
     Completions,
     attempts_completed,
@@ -106,6 +106,7 @@ from cyclone._queries.workflow import (
 )
 
 __all__ = [
+    "CLAIM_MAX",
     "DATABASE_ERRORS",
     "RETRYABLE_ERRORS",
     "Completions",

@@ -8,6 +8,10 @@ from collections.abc import Sequence
 from cyclone._queries.conn import Conn, Record, fetch, fetchval
 from cyclone._sql import Queries
 
+CLAIM_MAX = 1000
+"""Most tasks one claim statement takes: the constant LIMIT in ``task_claim`` (sql/claim.sql),
+which keeps the planner's estimate of the claim independent of the backlog."""
+
 
 class ClaimedRows(list[Record]):
     """The tasks a claim took, and whether a limit held it back (``held``). If so,

@@ -158,20 +158,28 @@ WITH async_commit AS (
     SELECT u.turn, c.run_id, c.id, c.kind, c.priority, c.available_at
     FROM turns u
     CROSS JOIN LATERAL (
-        SELECT t.run_id, t.id, t.kind, t.priority, t.available_at
-        FROM __schema__.cyclone_tasks t
-        WHERE t.state = 'available' AND t.queue = :queue AND t.group_key = u.key
-          AND t.available_at <= __now__ AND t.kind = ANY (:kinds::text[])
-          -- A failed run starts nothing more, not even a node whose attempt failed or whose
-          -- lease expired after the run failed; retry_all re-opens the run and so the task.
-          -- A node's input may need its workflow's input function: only workers that know
-          -- the workflow take its nodes.
-          AND (SELECT r.state = 'pending' AND (t.node IS NULL OR r.name = ANY (:workflows::text[]))
-               FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
-          AND /* fragment: sequence_turn */
-        ORDER BY t.priority DESC, t.available_at, t.id
+        SELECT * FROM (
+            SELECT t.run_id, t.id, t.kind, t.priority, t.available_at
+            FROM __schema__.cyclone_tasks t
+            WHERE t.state = 'available' AND t.queue = :queue AND t.group_key = u.key
+              AND t.available_at <= __now__ AND t.kind = ANY (:kinds::text[])
+              -- A failed run starts nothing more, not even a node whose attempt failed or
+              -- whose lease expired after the run failed; retry_all re-opens the run and so
+              -- the task. A node's input may need its workflow's input function: only
+              -- workers that know the workflow take its nodes.
+              AND (SELECT r.state = 'pending'
+                          AND (t.node IS NULL OR r.name = ANY (:workflows::text[]))
+                   FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+              AND /* fragment: sequence_turn */
+            ORDER BY t.priority DESC, t.available_at, t.id
+            -- CLAIM_MAX (cyclone/_queries/claim.py), a constant: the planner costs this scan
+            -- for at most that many rows. Under a limit it cannot know (the share below) it
+            -- costs a tenth of every available task, so that a backlog of 50,000 crossed
+            -- PostgreSQL's jit_above_cost and every claim was compiled (0.8 ms became 124).
+            LIMIT 1000
+            FOR UPDATE OF t SKIP LOCKED  -- only the rows the share below takes are locked
+        ) c
         LIMIT least(u.free, ceil((SELECT n FROM allow)::float8 / (SELECT count(*) FROM turns)))
-        FOR UPDATE OF t SKIP LOCKED
     ) c
 ), chosen AS MATERIALIZED (  -- in turns: every key's first task, then every key's second...
     SELECT p.run_id, p.id, p.rank, p.turn

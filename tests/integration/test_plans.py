@@ -325,3 +325,33 @@ async def test_a_claim_without_limits_or_keys_counts_nothing(cyclone_env: Cyclon
     assert sum(runs_of(plan, "idx_tasks_lease")) >= 2  # the queue's running, and by key
     assert sum(runs_of(plan, "idx_tasks_claim")) >= 1 + 3 + 3  # probes, and each key's tasks
     assert sum(runs_of(plan, "cyclone_key_starts")) >= 1
+
+
+async def test_a_long_backlog_does_not_make_the_claim_costly_enough_to_compile(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """PostgreSQL compiles a statement whose estimated cost passes jit_above_cost (100,000 by
+    default) on every execution. The claim's share of a key is a limit the planner cannot
+    know, which it costs as a tenth of all available tasks: a backlog of 50,000 crossed the
+    line and each claim spent about 120 ms compiling (1.9 s at 200,000). Its scan is capped
+    by CLAIM_MAX, so its cost no longer grows with the backlog."""
+    client, pool = cyclone_env.client, cyclone_env.pool
+    for _ in range(10):
+        await noop.enqueue_many(client, list(range(10_000)))
+    await pool.execute("ANALYZE")
+    async with pool.acquire() as conn:
+        await conn.execute("SET jit = on; SET jit_above_cost = 100000")
+        for mode in ("custom", "generic"):
+            await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
+            statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {client.queries['task_claim']}")
+            for limit in (16, db.CLAIM_MAX):
+                plan = json.loads(
+                    await statement.fetchval("plans", ["plan.noop"], limit, 30.0, "w", [])
+                )
+                assert plan[0]["Plan"]["Total Cost"] < 100_000, (mode, limit, plan)
+        async with conn.transaction():
+            text = await conn.fetchval(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {client.queries['task_claim']}",
+                *("plans", ["plan.noop"], 16, 30.0, "w", []),
+            )
+            assert "JIT" not in json.loads(text)[0]

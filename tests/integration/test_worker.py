@@ -300,6 +300,8 @@ async def test_worker_arguments_are_checked(cyclone_env: CycloneEnv) -> None:
     twin = cyclone.Step("double", double.handler)
     with pytest.raises(cyclone.InvalidInputError, match="two different steps"):
         cyclone.Worker(cyclone_env.client, steps=[double, twin])
+    with pytest.raises(cyclone.InvalidInputError, match="claim_batch must be an int from 1 to"):
+        cyclone.Worker(cyclone_env.client, steps=[double], claim_batch=1001)
 
 
 async def test_run_until_cancelled(cyclone_env: CycloneEnv) -> None:

@@ -4,6 +4,7 @@ from their source without a database."""
 from __future__ import annotations
 
 import ast
+import re
 from importlib import resources
 
 import cyclone._queries
@@ -48,3 +49,11 @@ def test_every_wrapper_passes_its_statements_parameters_by_name() -> None:
 def test_every_statement_has_a_wrapper() -> None:
     sent = {statement for _, statement, _, _ in _sends()}
     assert set(_STATEMENTS) - sent == set()
+
+
+def test_the_claim_scans_at_most_claim_max_tasks() -> None:
+    """The claim's one constant LIMIT is CLAIM_MAX (a worker never asks for more), so that
+    the planner costs its scan for that many rows whatever the backlog."""
+    sql = _STATEMENTS["task_claim"].sql
+    constants = [n for n in re.findall(r"LIMIT (\d+)", sql) if n != "1"]  # probes take one
+    assert constants == [str(cyclone._queries.CLAIM_MAX)]
