@@ -8,7 +8,10 @@ list may go on over the next ``--`` lines until its ``)``. Its text refers to th
 is one parameter), so the server gets its own placeholders, and a wrapper in ``_queries``
 binds its values by name (:meth:`Queries.bind`). ``::type`` casts and the text of comments,
 strings and quoted identifiers are never parameters. Each name is defined once across the
-files.
+files. The comments are for readers of the files: the server gets each statement without
+them, named by a first line ``-- cyclone: <name>`` (as pg_stat_statements shows it). A shorter
+text parses faster, and asyncpg prepares and caches only statements of up to 15 KiB
+(``max_cacheable_statement_size``): a longer one is planned anew on every execution.
 
 A ``-- fragment: name`` header defines shared text that is not a statement of its own:
 ``/* fragment: name */`` in a statement (or in another fragment) stands for it.
@@ -63,8 +66,9 @@ class SqlLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class Statement:
-    """One named statement: its text with ``$n`` placeholders (``__schema__`` and
-    ``__now__`` still in it), and the name of each ``$n`` in order."""
+    """One named statement: its text as the server gets it (``$n`` placeholders, no comments
+    but its name; ``__schema__`` and ``__now__`` still in it), and the name of each ``$n``
+    in order."""
 
     sql: str
     params: tuple[str, ...]
@@ -97,7 +101,7 @@ def compile_statement(name: str, text: str, params: tuple[str, ...]) -> Statemen
             )
         param = match["named"]
         if param is None:
-            return match[0]
+            return "" if match[0].startswith(("--", "/*")) else match[0]
         if not _PARAMETER.fullmatch(param):
             raise SqlLoadError(f"{name}: :{param} is not a parameter name (lower-case, digits, _)")
         if param not in number:
@@ -105,7 +109,8 @@ def compile_statement(name: str, text: str, params: tuple[str, ...]) -> Statemen
         used.add(param)
         return f"${number[param]}"
 
-    sql = _TOKEN.sub(replace, text)
+    lines = (line.rstrip() for line in _TOKEN.sub(replace, text).splitlines())
+    sql = "\n".join([f"-- cyclone: {name}", *(line for line in lines if line)])
     unused = [p for p in params if p not in used]
     if unused:
         raise SqlLoadError(f"{name}: declares {', '.join(unused)} but never uses it")
