@@ -1,4 +1,4 @@
-"""Flow-control figures: ``python -m benchmarks.flow [--dsn DSN] [--jobs 10000] [--rounds 3]``.
+"""Flow-control figures: ``python -m benchmarks.flow [--dsn DSN] [--jobs N] [--backlog N]``.
 
 Four claimers (as four workers) drain ``--jobs`` standalone jobs side by side, each claiming
 10 at a time and completing them at once (no handler time: the claim's own cost shows), on
@@ -8,7 +8,10 @@ one server, in one run:
 - ``no limits``: today's claim on a schema with every migration, a queue with no limits;
 - ``global limit``: the same queue under a concurrency limit it never reaches (100) and a
   rate limit it never reaches: every claim locks and writes the queue's row;
-- ``100 tenants``: no limit, the jobs spread over 100 group keys claimed in turns.
+- ``100 tenants``: no limit, the jobs spread over 100 group keys claimed in turns;
+- ``before, backlog`` and ``no limits, backlog``: the first ``--jobs`` of a queue that holds
+  ``--backlog`` more behind them (the server's default ``jit`` settings: a claim whose
+  estimate grows with the backlog is compiled on every execution).
 
 Each figure is the median of ``--rounds`` drains, as jobs per second and as a ratio to
 ``before``. Without ``--dsn`` (or ``CYCLONE_BENCH_DSN``) it starts a throwaway server.
@@ -110,10 +113,13 @@ async def _drain(pool: asyncpg.Pool, q: Queries, claim: str, jobs: int) -> float
     return time.perf_counter() - started
 
 
-async def _fill(client: cyclone.Client, jobs: int, tenants: int) -> None:
+async def _fill(client: cyclone.Client, jobs: int, tenants: int, backlog: int = 0) -> None:
     await client.pool.execute(
         f"TRUNCATE {client.queries.schema}.cyclone_runs, {client.queries.schema}.cyclone_tasks"
     )
+    for start in range(0, backlog, 10_000):  # claimable, but behind the drained jobs
+        batch = list(range(start, min(backlog, start + 10_000)))
+        await noop.enqueue_many(client, batch, priority=-1)
     if tenants:
         per = jobs // tenants
         for t in range(tenants):
@@ -123,7 +129,7 @@ async def _fill(client: cyclone.Client, jobs: int, tenants: int) -> None:
     await client.pool.execute("VACUUM ANALYZE")
 
 
-async def measure(dsn: str, jobs: int, rounds: int) -> str:
+async def measure(dsn: str, jobs: int, rounds: int, backlog: int) -> str:
     async with asyncpg.create_pool(dsn, min_size=4, max_size=8) as pool:
         before = cyclone.Client(pool, schema="flow_before")
         after = cyclone.Client(pool, schema="flow_after")
@@ -137,6 +143,8 @@ async def measure(dsn: str, jobs: int, rounds: int) -> str:
             "no limits": [],
             "global limit": [],
             "100 tenants": [],
+            "before, backlog": [],
+            "no limits, backlog": [],
         }
         for _ in range(rounds):  # interleaved, so that drift hits every case alike
             await _fill(before, jobs, 0)
@@ -151,12 +159,18 @@ async def measure(dsn: str, jobs: int, rounds: int) -> str:
             await after.queues.set_limits("bench-flow")
             await _fill(after, jobs, 100)
             cases["100 tenants"].append(jobs / await _drain(pool, after.queries, new_claim, jobs))
+            await _fill(before, jobs, 0, backlog)
+            late = jobs / await _drain(pool, before.queries, old_claim, jobs)
+            cases["before, backlog"].append(late)
+            await _fill(after, jobs, 0, backlog)
+            late = jobs / await _drain(pool, after.queries, new_claim, jobs)
+            cases["no limits, backlog"].append(late)
     base = statistics.median(cases["before"])
-    lines = [f"{jobs} jobs, 4 claimers of 10, median of {rounds} rounds:"]
+    lines = [f"{jobs} jobs (backlog {backlog}), 4 claimers of 10, median of {rounds} rounds:"]
     for name, rates in cases.items():
         rate = statistics.median(rates)
         spread = f"{min(rates):.0f}-{max(rates):.0f}"
-        lines.append(f"  {name:13} {rate:8.0f} jobs/s ({spread})  ratio {rate / base:.2f}")
+        lines.append(f"  {name:18} {rate:8.0f} jobs/s ({spread})  ratio {rate / base:.2f}")
     return "\n".join(lines)
 
 
@@ -165,13 +179,14 @@ def main() -> None:
     parser.add_argument("--dsn", default=os.environ.get("CYCLONE_BENCH_DSN"))
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backlog", type=int, default=50_000, help="jobs behind, for *backlog")
     args = parser.parse_args()
     if args.dsn:
-        print(asyncio.run(measure(args.dsn, args.jobs, args.rounds)))
+        print(asyncio.run(measure(args.dsn, args.jobs, args.rounds, args.backlog)))
         return
     with postgres_server(env_var="CYCLONE_BENCH_DSN", durable=True) as server:
         print(f"# {describe(server)}, durable settings")
-        print(asyncio.run(measure(server.dsn, args.jobs, args.rounds)))
+        print(asyncio.run(measure(server.dsn, args.jobs, args.rounds, args.backlog)))
 
 
 if __name__ == "__main__":
