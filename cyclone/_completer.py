@@ -39,7 +39,7 @@ from cyclone._attempt import (
     aborted_completion,
     lost_completion,
 )
-from cyclone._database import Database
+from cyclone._database import Database, Held
 from cyclone._errors import InvalidStateError
 from cyclone._notifier import queue_payload
 from cyclone._publisher import Publisher
@@ -80,6 +80,7 @@ class Completer:
         batch_size: int = 200,
     ) -> None:
         self._database = database
+        self._connections = Held(database, keep=_WRITERS)  # its writers', between batches
         self._q = database.queries
         self._publish = publisher.publish
         self._bound = bound
@@ -118,6 +119,7 @@ class Completer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        self._connections.release()
 
     def submit(self, outcome: Completed | Released | Failed) -> asyncio.Future[bool]:
         """Buffer an outcome for the next batch; the future says whether it was accepted
@@ -190,7 +192,7 @@ class Completer:
         while True:
             tries += 1
             try:
-                async with self._database.borrow() as conn:
+                async with self._connections.use() as conn:
                     if tx:
                         async with self._database.transaction(conn):
                             accepted, effects = await write(conn, outcomes)
