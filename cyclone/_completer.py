@@ -41,7 +41,6 @@ from cyclone._attempt import (
 )
 from cyclone._database import Database, Held
 from cyclone._errors import InvalidStateError
-from cyclone._notifier import queue_payload
 from cyclone._publisher import Publisher
 from cyclone._transitions import Effects
 
@@ -82,7 +81,7 @@ class Completer:
         self._database = database
         self._connections = Held(database, keep=_WRITERS)  # its writers', between batches
         self._q = database.queries
-        self._publish = publisher.publish
+        self._publisher = publisher
         self._bound = bound
         self._on_written = on_written
         self._batch_size = batch_size
@@ -204,8 +203,8 @@ class Completer:
                         unsure = [o for o in outcomes if o.claimed.key not in accepted]
                         if unsure:
                             accepted |= await confirm(conn, unsure, effects)
-                    # Committed: announce it now rather than after the pool's reset round trip.
-                    self._publish(effects.payloads())
+                    # Committed: announce it (run ends may wait to share a NOTIFY).
+                    self._publisher.announce(effects)
                 break
             except db.RETRYABLE_ERRORS as exc:
                 await self._before_next_try(outcomes, exc, tries)
@@ -318,8 +317,8 @@ class Completer:
                 raise lost_completion(exc) from exc
         except asyncpg.PostgresError as exc:  # refused at COMMIT: rolled back
             raise aborted_completion(exc) from exc
-        queues = [queue_payload(q) for q in completion.wakeups.take()]
-        self._publish(effects.payloads() + queues)
+        effects.queues.update(completion.wakeups.take())
+        self._publisher.announce(effects)
         return True
 
     async def _committed_anyway(self, outcome: Completed) -> bool:
