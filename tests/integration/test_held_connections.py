@@ -174,3 +174,12 @@ async def test_a_claim_and_a_batch_whose_connection_dies_under_them_are_tried_ag
     assert sorted(probe.calls) == list(range(JOBS))
     attempts = await env.pool.fetchval("SELECT max(attempts) FROM cyclone_runs")
     assert attempts == 1  # the claim that died claimed nothing: no lease had to run out
+
+
+async def test_a_stopped_worker_holds_no_connection(env: CycloneEnv) -> None:
+    client = env.client
+    async with fast_worker(client, steps=[record], queues={"held": 4, "other": 2}) as worker:
+        await record.enqueue_many(client, list(range(JOBS)))
+        await asyncio.wait_for(worker.drain(), 60)
+    await client.services.database.aclose()  # the releases in flight are done
+    assert env.pool.get_idle_size() == env.pool.get_size()
