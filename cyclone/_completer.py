@@ -39,9 +39,8 @@ from cyclone._attempt import (
     aborted_completion,
     lost_completion,
 )
-from cyclone._database import Database
+from cyclone._database import Database, Held
 from cyclone._errors import InvalidStateError
-from cyclone._notifier import queue_payload
 from cyclone._publisher import Publisher
 from cyclone._transitions import Effects
 
@@ -80,8 +79,9 @@ class Completer:
         batch_size: int = 200,
     ) -> None:
         self._database = database
+        self._connections = Held(database, keep=_WRITERS)  # its writers', between batches
         self._q = database.queries
-        self._publish = publisher.publish
+        self._publisher = publisher
         self._bound = bound
         self._on_written = on_written
         self._batch_size = batch_size
@@ -118,6 +118,7 @@ class Completer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        self._connections.release()
 
     def submit(self, outcome: Completed | Released | Failed) -> asyncio.Future[bool]:
         """Buffer an outcome for the next batch; the future says whether it was accepted
@@ -190,7 +191,7 @@ class Completer:
         while True:
             tries += 1
             try:
-                async with self._database.borrow() as conn:
+                async with self._connections.use() as conn:
                     if tx:
                         async with self._database.transaction(conn):
                             accepted, effects = await write(conn, outcomes)
@@ -202,8 +203,8 @@ class Completer:
                         unsure = [o for o in outcomes if o.claimed.key not in accepted]
                         if unsure:
                             accepted |= await confirm(conn, unsure, effects)
-                    # Committed: announce it now rather than after the pool's reset round trip.
-                    self._publish(effects.payloads())
+                    # Committed: announce it (run ends may wait to share a NOTIFY).
+                    self._publisher.announce(effects)
                 break
             except db.RETRYABLE_ERRORS as exc:
                 await self._before_next_try(outcomes, exc, tries)
@@ -316,8 +317,8 @@ class Completer:
                 raise lost_completion(exc) from exc
         except asyncpg.PostgresError as exc:  # refused at COMMIT: rolled back
             raise aborted_completion(exc) from exc
-        queues = [queue_payload(q) for q in completion.wakeups.take()]
-        self._publish(effects.payloads() + queues)
+        effects.queues.update(completion.wakeups.take())
+        self._publisher.announce(effects)
         return True
 
     async def _committed_anyway(self, outcome: Completed) -> bool:

@@ -30,6 +30,9 @@ ISOLATION = "read_committed"
 
 PooledConnection = asyncpg.pool.PoolConnectionProxy
 
+HOLD = 1.0
+"""Seconds a :class:`Held` connection is kept at most, from when it was taken from the pool."""
+
 
 class Database:
     """The application's asyncpg pool and Cyclone's queries for one schema.
@@ -153,6 +156,78 @@ class Database:
         await _schema.wait_until_ready(
             self.pool, self.queries, wait_for_schema=wait_for_schema, listens=self.listens
         )
+
+
+class Held:
+    """Pool connections that one loop of Cyclone's own statements (a producer's claims, the
+    completer's batches) keeps between its uses, so that uses in a row pay no pool release
+    and no reset round trip, up to ``keep`` of them at once.
+
+    The same rule as :meth:`Database.borrow`: only for statements that leave no session state
+    behind. A use takes a kept connection or, when none is kept, one from the pool. At its end
+    the connection goes back to the pool instead of being kept when the use raised (a
+    connection that died or was left in doubt under a statement is never used again: the
+    next use takes a fresh one), when it is closed or in a transaction, when the pool has no
+    other connection to spare (someone else may be waiting for one), or when it was taken
+    ``hold`` seconds ago or more. A kept connection unused for that long goes back at once,
+    so the pool's own limits (``max_queries``, expiry) apply and an idle loop does not sit on
+    it. :meth:`release` gives back what is kept, when the loop stops.
+    """
+
+    def __init__(self, database: Database, keep: int = 1, hold: float = HOLD) -> None:
+        self._database = database
+        self._keep = keep
+        self._hold = hold
+        self._kept: list[PooledConnection] = []
+        self._until: dict[PooledConnection, float] = {}  # when each held one goes back
+        self._released = False
+
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[PooledConnection]:
+        """A connection for this loop's statements: a kept one, or one from the pool."""
+        loop = asyncio.get_running_loop()
+        conn = None
+        while self._kept and conn is None:
+            conn = self._kept.pop()
+            if not _reusable(conn):
+                self._give_back(conn)
+                conn = None
+        if conn is None:
+            conn = await self._database.acquire()
+            until = loop.time() + self._hold
+            self._until[conn] = until
+            loop.call_at(until, self._expire, conn)
+        keep = False
+        try:
+            yield conn
+            keep = (
+                not self._released
+                and len(self._kept) < self._keep
+                and loop.time() < self._until[conn]
+                and _reusable(conn)
+                and self._database.has_room()
+            )
+        finally:
+            if keep:
+                self._kept.append(conn)
+            else:
+                self._give_back(conn)
+
+    def release(self) -> None:
+        """Give back the kept connections (the loop stopped); later uses keep none."""
+        self._released = True
+        while self._kept:
+            self._give_back(self._kept.pop())
+
+    def _expire(self, conn: PooledConnection) -> None:
+        """``conn`` was taken ``hold`` seconds ago: give it back if it is not in use."""
+        if conn in self._kept:
+            self._kept.remove(conn)
+            self._give_back(conn)
+
+    def _give_back(self, conn: PooledConnection) -> None:
+        self._until.pop(conn, None)
+        self._database.release_soon(conn)
 
 
 def _reusable(conn: PooledConnection) -> bool:

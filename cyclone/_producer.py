@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from cyclone import _queries as db
 from cyclone._attempt import Claimed, Completed, CompletionAborted, Lost, Outcome
 from cyclone._completer import Completer
-from cyclone._database import Database
+from cyclone._database import Database, Held
 from cyclone._executor import Executor
 from cyclone._leases import LeaseKeeper
 from cyclone._loops import jittered, wait_woken
@@ -72,6 +72,9 @@ class Producer:
         self._executor = executor
         self._completer = completer
         self._leases = leases
+        # Its claims' connection, kept from one claim to the next (a second claim in flight
+        # takes one from the pool).
+        self._connection = Held(database)
         self._wake = asyncio.Event()
         self._stopping = False
         self._running = 0  # slots taken by attempts
@@ -110,6 +113,13 @@ class Producer:
 
     async def run(self) -> None:
         """Claim until stopped; then wait for the claims in flight."""
+        try:
+            await self._claim_until_stopped()
+            await asyncio.gather(*self._claims, return_exceptions=True)
+        finally:
+            self._connection.release()  # a claim still in flight gives its connection back
+
+    async def _claim_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._stopping:
             # Cleared before claiming: a wakeup that arrives during the claim is kept.
@@ -133,7 +143,6 @@ class Producer:
             if self._held and self._retry_in:  # flow control: the next token is due then
                 timeout = min(timeout, self._retry_in)
             await wait_woken(self._wake, timeout)
-        await asyncio.gather(*self._claims, return_exceptions=True)
 
     async def _claim(self, limit: int) -> None:
         """Claim up to ``limit`` tasks (slots reserved by the caller) and start an attempt for
@@ -159,7 +168,7 @@ class Producer:
 
     async def _claim_and_start(self, limit: int) -> None:
         started = time.perf_counter()
-        async with self._database.borrow() as conn:  # its reset is not waited for
+        async with self._connection.use() as conn:
             rows = await db.task_claim(
                 conn,
                 self._database.queries,

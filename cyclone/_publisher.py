@@ -2,8 +2,11 @@
 
 At most one NOTIFY statement is in flight: payloads that arrive meanwhile go out together in
 the next one, and with a coalescing window (``notify_coalesce``) everything published within
-it goes out as one statement when it closes. An insert that commits on its own may carry its
-NOTIFY in its own statement instead (:meth:`Publisher.carrying`), one at a time.
+it goes out as one statement when it closes. The ends of runs a worker completed
+(:meth:`Publisher.announce`) may also wait, up to :data:`ENDS_LAG`, for company: each
+NOTIFY is a durable commit of its own, and under load one would otherwise follow every
+batch. An insert that commits on its own may carry its NOTIFY in its own statement instead
+(:meth:`Publisher.carrying`), one at a time.
 """
 
 from __future__ import annotations
@@ -11,16 +14,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Iterable, Iterator
 
 from cyclone import _queries as db
 from cyclone._database import Database
 from cyclone._errors import InvalidStateError
 from cyclone._loops import wait_woken
-from cyclone._notifier import queue_payload
+from cyclone._notifier import queue_payload, run_payloads
+from cyclone._transitions import Effects
 from cyclone._wakeups import Wakeups
 
 logger = logging.getLogger("cyclone")
+
+ENDS_LAG = 0.05
+"""Seconds after the last NOTIFY before run ends published with :meth:`Publisher.announce`
+go out on their own (with nothing else to send, and no coalescing window): sooner, they wait
+for the next NOTIFY. A run end with no NOTIFY that recent goes out at once."""
 
 
 class Publisher:
@@ -31,18 +41,32 @@ class Publisher:
         self.channel = channel
         self.coalesce = coalesce
         self._pending: set[str] = set()
+        self._due = asyncio.Event()  # something pending may not wait for company
+        self._sent_at = -math.inf  # when the last NOTIFY went out (the event loop's clock)
         self._flush_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._notifying = 0  # inserts in flight that carry their own NOTIFY
 
-    def publish(self, payloads: Iterable[str]) -> None:
+    def publish(self, payloads: Iterable[str], *, ends: Iterable[str] = ()) -> None:
         """Send ``payloads`` soon, without waiting: at most one NOTIFY statement is in flight,
-        and payloads that arrive meanwhile go out together in the next one."""
+        and payloads that arrive meanwhile go out together in the next one. ``ends`` may wait
+        for company (:data:`ENDS_LAG`)."""
+        before = len(self._pending)
         self._pending.update(payloads)
+        if len(self._pending) > before:
+            self._due.set()
+        self._pending.update(ends)
         if self._pending and (self._flush_task is None or self._flush_task.done()):
             self._flush_task = asyncio.get_running_loop().create_task(
                 self._flush_soon(), name="cyclone-publish"
             )
+
+    def announce(self, effects: Effects) -> None:
+        """Publish what a worker's committed outcome write changed: its queue wakeups soon,
+        the ends of its runs within :data:`ENDS_LAG`."""
+        self.publish(
+            [queue_payload(q) for q in sorted(effects.queues)], ends=run_payloads(effects.ended)
+        )
 
     def wake(self, queues: Iterable[str]) -> None:
         """Publish a wakeup for each of ``queues``."""
@@ -94,6 +118,7 @@ class Publisher:
     async def aclose(self) -> None:
         """Send the wakeups still held by the coalescing window."""
         self._closing.set()
+        self._due.set()
         if self._flush_task is not None:
             await asyncio.shield(self._flush_task)
         while self._pending:
@@ -101,14 +126,22 @@ class Publisher:
 
     async def _flush_soon(self) -> None:
         # Every batch waits out its window, also those that gathered while the last NOTIFY
-        # was in flight (until the client closes: then at once).
+        # was in flight (until the client closes: then at once). Without a window, run ends
+        # alone wait for company until ENDS_LAG after the last NOTIFY.
+        loop = asyncio.get_running_loop()
         while self._pending:
             if self.coalesce > 0 and not self._closing.is_set():
                 await wait_woken(self._closing, self.coalesce)
+            elif not self._due.is_set():
+                lag = self._sent_at + ENDS_LAG - loop.time()
+                if lag > 0:
+                    await wait_woken(self._due, lag)
             await self._flush()
 
     async def _flush(self) -> None:
         payloads, self._pending = sorted(self._pending), set()
+        self._due.clear()
+        self._sent_at = asyncio.get_running_loop().time()
         await self.send(payloads)
 
     async def send(self, payloads: list[str], conn: db.Conn | None = None) -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import uuid
 
 import asyncpg
 import pytest
 
 import cyclone
 from cyclone import _queries as db
+from cyclone._publisher import ENDS_LAG
+from cyclone._transitions import Effects
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Listener
 
@@ -361,3 +364,21 @@ async def test_the_coalescing_window_holds_under_steady_publishing(
     sent = listener.counts()["q:steady"]
     # One per window over the second, plus the one aclose() flushes; back to back, hundreds.
     assert 1 <= sent <= 1.0 / window + 2
+
+
+async def test_run_ends_of_steady_outcome_writes_share_their_notifies(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    """Run ends announced after every batch go out at most once per ENDS_LAG while they keep
+    coming (one NOTIFY each, back to back, before): each NOTIFY is a durable commit."""
+    publisher = cyclone_env.client.services.publisher
+    ended = Effects(ended={uuid.uuid4()})  # the same payload each time: one per NOTIFY
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 0.5
+    while loop.time() < end:
+        publisher.announce(ended)
+        await asyncio.sleep(0)  # the event loop's turn: a NOTIFY in flight goes on
+    await cyclone_env.client.aclose()
+    await listener.settle()
+    [payload] = listener.counts()
+    assert 1 <= listener.counts()[payload] <= 0.5 / ENDS_LAG + 2
