@@ -3,7 +3,9 @@
 At most one NOTIFY statement is in flight: payloads that arrive meanwhile go out together in
 the next one, and with a coalescing window (``notify_coalesce``) everything published within
 it goes out as one statement when it closes. An insert that commits on its own may carry its
-NOTIFY in its own statement instead (:meth:`Publisher.carrying`), one at a time.
+NOTIFY in its own statement instead (:meth:`Publisher.carrying`), one at a time. This process's
+own listeners (an embedded worker, run waiters) get each statement's payloads as it is sent,
+not when the server sends them back (:meth:`cyclone._notifier.Notifier.ahead`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from cyclone import _queries as db
 from cyclone._database import Database
 from cyclone._errors import InvalidStateError
 from cyclone._loops import wait_woken
-from cyclone._notifier import queue_payload
+from cyclone._notifier import Notifier, queue_payload
 from cyclone._wakeups import Wakeups
 
 logger = logging.getLogger("cyclone")
@@ -26,10 +28,18 @@ logger = logging.getLogger("cyclone")
 class Publisher:
     """Wakeups of one schema's ``channel``, sent through ``database`` (see the module)."""
 
-    def __init__(self, database: Database, channel: str, *, coalesce: float) -> None:
+    def __init__(
+        self,
+        database: Database,
+        channel: str,
+        *,
+        coalesce: float,
+        notifier: Notifier | None = None,
+    ) -> None:
         self.database = database
         self.channel = channel
         self.coalesce = coalesce
+        self.notifier = notifier  # this process's listener on ``channel``, if any
         self._pending: set[str] = set()
         self._flush_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
@@ -119,13 +129,19 @@ class Publisher:
         if not payloads:
             return
         q = self.database.queries
+        # The work is committed: this process's listeners need not wait for the round trip.
+        ahead = self.notifier is not None and self.notifier.ahead(payloads)
         try:
             if conn is None:
                 async with self.database.borrow() as pooled:
                     await db.wakeup_notify(pooled, q, self.channel, payloads)
             else:
                 await db.wakeup_notify(conn, q, self.channel, payloads)
-        except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
+        except BaseException as exc:
+            if ahead and self.notifier is not None:  # sent or not: let a notification through
+                self.notifier.not_sent(payloads)
+            if not isinstance(exc, (*db.DATABASE_ERRORS, InvalidStateError)):
+                raise
             logger.warning(
                 "publishing %d wakeups failed (%s); polling will pick the work up",
                 len(payloads),

@@ -361,3 +361,74 @@ async def test_the_coalescing_window_holds_under_steady_publishing(
     sent = listener.counts()["q:steady"]
     # One per window over the second, plus the one aclose() flushes; back to back, hundreds.
     assert 1 <= sent <= 1.0 / window + 2
+
+
+async def test_this_process_gets_its_wakeups_without_waiting_for_them_to_come_back(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    client = cyclone_env.client
+    notifier = client.services.notifier
+    assert notifier is not None
+    seen: list[str] = []
+    grew = asyncio.Event()
+
+    def record(queue: str) -> None:
+        seen.append(queue)
+        grew.set()
+
+    unsubscribe = notifier.subscribe_queues(record)
+    notifier.acquire()
+    try:
+        await asyncio.wait_for(notifier.connected.wait(), 30)
+        seen.clear()  # the "" of connecting: every queue polls
+        async with cyclone_env.pool.acquire() as conn:
+            # Sent in a transaction that is still open, the NOTIFY cannot have come back yet.
+            async with conn.transaction():
+                await client.services.publisher.send(["q:mail"], conn)
+                assert seen == ["mail"]
+            # It comes back once committed, and is not dispatched a second time.
+            await listener.settle()
+            assert listener.counts() == {"q:mail": 1}
+            await conn.execute("SELECT pg_notify($1, 'q:mail')", client.channel)  # another's
+            await listener.settle()
+            async with asyncio.timeout(30):
+                while len(seen) < 2:
+                    grew.clear()
+                    await grew.wait()
+            assert seen == ["mail", "mail"]
+    finally:
+        unsubscribe()
+        await notifier.release()
+
+
+async def test_a_wakeup_whose_notify_failed_lets_the_next_notification_through(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    client = cyclone_env.client
+    notifier = client.services.notifier
+    assert notifier is not None
+    seen: list[str] = []
+    grew = asyncio.Event()
+
+    def record(queue: str) -> None:
+        seen.append(queue)
+        grew.set()
+
+    unsubscribe = notifier.subscribe_queues(record)
+    notifier.acquire()
+    try:
+        await asyncio.wait_for(notifier.connected.wait(), 30)
+        seen.clear()  # the "" of connecting: every queue polls
+        closed = await asyncpg.connect(cyclone_env.dsn)
+        await closed.close()
+        await client.services.publisher.send(["q:sms"], closed)  # logged, not raised
+        assert seen == ["sms"]
+        await cyclone_env.pool.execute("SELECT pg_notify($1, 'q:sms')", client.channel)
+        async with asyncio.timeout(30):
+            while len(seen) < 2:
+                grew.clear()
+                await grew.wait()
+        assert seen == ["sms", "sms"]
+    finally:
+        unsubscribe()
+        await notifier.release()
