@@ -12,7 +12,7 @@ import pytest
 import cyclone
 from cyclone import _queries as db
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import Listener
+from tests.conftest import Listener, queue_wakeups
 
 
 @cyclone.step("mail.send", queue="mail")
@@ -367,68 +367,29 @@ async def test_this_process_gets_its_wakeups_without_waiting_for_them_to_come_ba
     cyclone_env: CycloneEnv, listener: Listener
 ) -> None:
     client = cyclone_env.client
-    notifier = client.services.notifier
-    assert notifier is not None
-    seen: list[str] = []
-    grew = asyncio.Event()
-
-    def record(queue: str) -> None:
-        seen.append(queue)
-        grew.set()
-
-    unsubscribe = notifier.subscribe_queues(record)
-    notifier.acquire()
-    try:
-        await asyncio.wait_for(notifier.connected.wait(), 30)
-        seen.clear()  # the "" of connecting: every queue polls
-        async with cyclone_env.pool.acquire() as conn:
-            # Sent in a transaction that is still open, the NOTIFY cannot have come back yet.
-            async with conn.transaction():
-                await client.services.publisher.send(["q:mail"], conn)
-                assert seen == ["mail"]
-            # It comes back once committed, and is not dispatched a second time.
-            await listener.settle()
-            assert listener.counts() == {"q:mail": 1}
-            await conn.execute("SELECT pg_notify($1, 'q:mail')", client.channel)  # another's
-            await listener.settle()
-            async with asyncio.timeout(30):
-                while len(seen) < 2:
-                    grew.clear()
-                    await grew.wait()
-            assert seen == ["mail", "mail"]
-    finally:
-        unsubscribe()
-        await notifier.release()
+    async with queue_wakeups(client) as seen, cyclone_env.pool.acquire() as conn:
+        # Sent in a transaction that is still open, the NOTIFY cannot have come back yet.
+        async with conn.transaction():
+            await client.services.publisher.send(["q:mail"], conn)
+            assert seen.queues == ["mail"]
+        # It comes back once committed, and is not dispatched a second time.
+        await listener.settle()
+        assert listener.counts() == {"q:mail": 1}
+        await conn.execute("SELECT pg_notify($1, 'q:mail')", client.channel)  # another's
+        await conn.execute("SELECT pg_notify($1, 'q:last')", client.channel)
+        await seen.until(3)  # delivered in order: the first came back before these
+        assert seen.queues == ["mail", "mail", "last"]
 
 
 async def test_a_wakeup_whose_notify_failed_lets_the_next_notification_through(
-    cyclone_env: CycloneEnv, listener: Listener
+    cyclone_env: CycloneEnv,
 ) -> None:
     client = cyclone_env.client
-    notifier = client.services.notifier
-    assert notifier is not None
-    seen: list[str] = []
-    grew = asyncio.Event()
-
-    def record(queue: str) -> None:
-        seen.append(queue)
-        grew.set()
-
-    unsubscribe = notifier.subscribe_queues(record)
-    notifier.acquire()
-    try:
-        await asyncio.wait_for(notifier.connected.wait(), 30)
-        seen.clear()  # the "" of connecting: every queue polls
+    async with queue_wakeups(client) as seen:
         closed = await asyncpg.connect(cyclone_env.dsn)
         await closed.close()
         await client.services.publisher.send(["q:sms"], closed)  # logged, not raised
-        assert seen == ["sms"]
+        assert seen.queues == ["sms"]
         await cyclone_env.pool.execute("SELECT pg_notify($1, 'q:sms')", client.channel)
-        async with asyncio.timeout(30):
-            while len(seen) < 2:
-                grew.clear()
-                await grew.wait()
-        assert seen == ["sms", "sms"]
-    finally:
-        unsubscribe()
-        await notifier.release()
+        await seen.until(2)
+        assert seen.queues == ["sms", "sms"]
