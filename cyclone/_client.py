@@ -100,8 +100,10 @@ class Client(AsyncResource):
         self.listen_dsn = listen_dsn
         self.observers = Observers()
         database = Database(pool, self.queries, listens=self.notify and listen_dsn is None)
-        publisher = Publisher(database, self.channel, coalesce=self.notify_coalesce)
         notifier = Notifier(pool, self.channel, listen_dsn=listen_dsn) if self.notify else None
+        publisher = Publisher(
+            database, self.channel, coalesce=self.notify_coalesce, notifier=notifier
+        )
         self.services = Services(
             database=database,
             publisher=publisher,

@@ -57,26 +57,41 @@ def _check_types(values: Sequence[object], tp: Any, what: str) -> None:
             raise InvalidInputError(f"{what} does not match {tp!r}: {exc}") from exc
 
 
-def encode_many(values: Sequence[object], tp: Any, *, what: str, limit: int) -> list[str]:
-    """Encode each value (declared as ``tp``) to JSON text, checking type, NUL and size."""
+def _encoded_array(values: Sequence[object], tp: Any, what: str, limit: int) -> bytes:
+    """``values`` (each declared as ``tp``) as one JSON array, checked for type, NUL, NaN and
+    each value's size; one encoder call for the whole batch."""
     _check_types(values, tp, what)
-    encode = _encoder.encode
     try:
-        data = [encode(value) for value in values]
+        data = _encoder.encode(values if isinstance(values, list) else list(values))
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidInputError(f"{what} cannot be encoded as JSON: {exc}") from exc
     except RecursionError:
         raise InvalidInputError(f"{what} is nested too deeply to encode as JSON") from None
-    for value, item in zip(values, data, strict=True):
-        if b"\\u0000" in item and _NUL_ESCAPE.search(item):
-            raise InvalidInputError(f"{what} contains a NUL character, which jsonb cannot store")
-        if b"null" in item and _has_non_finite(value):  # msgspec writes NaN and inf as null
-            raise InvalidInputError(
-                f"{what} contains a NaN or infinite float, which JSON cannot carry"
-            )
-        if len(item) > limit:
-            raise PayloadTooLargeError(what, len(item), limit)
-    return [item.decode("utf-8") for item in data]
+    # An escape cannot run across values: each string of the array closes before a comma.
+    if b"\\u0000" in data and _NUL_ESCAPE.search(data):
+        raise InvalidInputError(f"{what} contains a NUL character, which jsonb cannot store")
+    if b"null" in data and _has_non_finite(values):  # msgspec writes NaN and inf as null
+        raise InvalidInputError(f"{what} contains a NaN or infinite float, which JSON cannot carry")
+    if len(data) > limit:  # the batch is larger than one value may be: look at each
+        for item in _split(data):
+            if len(item) > limit:
+                raise PayloadTooLargeError(what, len(item), limit)
+    return data
+
+
+def _split(data: bytes | str) -> list[msgspec.Raw]:
+    return msgspec.json.decode(data, type=list[msgspec.Raw])
+
+
+def encode_array(values: Sequence[object], tp: Any, *, what: str, limit: int) -> str:
+    """Encode the values (each declared as ``tp``) as the text of one JSON array, checking
+    type, NUL and each value's size; the statement splits it (``jsonb_array_elements``)."""
+    return _encoded_array(values, tp, what, limit).decode("utf-8")
+
+
+def split_array(text: str) -> list[str]:
+    """The JSON text of each element of a JSON array text (:func:`encode_array`'s)."""
+    return [bytes(item).decode("utf-8") for item in _split(text)]
 
 
 def _has_non_finite(value: object) -> bool:
@@ -93,8 +108,8 @@ def _has_non_finite(value: object) -> bool:
 
 
 def encode(value: object, tp: Any, *, what: str, limit: int) -> str:
-    """Encode one value; see :func:`encode_many`."""
-    return encode_many([value], tp, what=what, limit=limit)[0]
+    """Encode one value to JSON text; the checks of :func:`encode_array`."""
+    return _encoded_array([value], tp, what, limit)[1:-1].decode("utf-8")
 
 
 def decode(text: str | bytes, tp: Any) -> Any:

@@ -168,7 +168,7 @@ class Firing:
             priority=kind.priority,
             max_attempts=kind.max_attempts,
             ids=plan.ids,
-            inputs=plan.encoded,
+            inputs=_codec.split_array(plan.encoded),
             keys=[k for k, _ in values],
         )
         if inserted:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from cyclone import _queries as db
-from cyclone._codec import DEFAULT_PAYLOAD_LIMIT, encode_many
+from cyclone._codec import DEFAULT_PAYLOAD_LIMIT, encode_array
 from cyclone._database import Database
 from cyclone._errors import InvalidInputError
 from cyclone._options import EnqueueOptions, Options, parse
@@ -130,14 +130,14 @@ def plan_jobs(
     opts = check_options(options, ENQUEUE_OPTIONS, call="enqueue")
     if opts.unique is not None and len(inputs) != 1:
         raise InvalidInputError("unique= applies to a single enqueue, not to enqueue_many")
-    encoded = encode_many(
+    encoded = encode_array(
         inputs, kind.input_type, what=f"input of {kind.name!r}", limit=payload_limit(client)
     )
     return JobPlan(
         kind=kind,
         inputs=inputs,
         encoded=encoded,
-        ids=uuid7_many(len(encoded)),
+        ids=uuid7_many(len(inputs)),
         options=opts,
         queue=opts.queue or kind.queue,
     )

@@ -5,6 +5,10 @@ cannot live on a pooled connection. The notifier opens its own connection with t
 connect arguments, reconnects after a failure, and fans notifications out to subscribers:
 workers (queue wakeups) and run waiters (run ended). Notifications are hints; every
 subscriber also polls, so a lost notification only delays.
+
+What this process itself is about to NOTIFY is dispatched here at once (:meth:`Notifier.ahead`),
+without waiting for the server to send it back: an embedded worker claims while the NOTIFY
+is still on its way to the others, and the notification, when it comes back, is skipped.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import asyncpg
@@ -74,6 +79,10 @@ class Notifier:
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._users = 0
+        # Payloads dispatched ahead of their own NOTIFY: that many of their notifications are
+        # this process's own, coming back, and are skipped. Any notification of the payload
+        # will do: it wakes the same subscribers after a commit, ours or another's.
+        self._ahead: Counter[str] = Counter()
 
     @property
     def connected(self) -> asyncio.Event:
@@ -122,6 +131,31 @@ class Notifier:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def ahead(self, payloads: Sequence[str]) -> bool:
+        """Dispatch ``payloads``, whose NOTIFY this process sends next, now; their
+        notifications are skipped when they arrive. Does nothing and returns False while not
+        listening (nothing would come back to skip)."""
+        if not self._connected.is_set():
+            return False
+        for payload in payloads:
+            self._ahead[payload] += 1
+            self._dispatch(payload)
+        return True
+
+    def not_sent(self, payloads: Sequence[str]) -> None:
+        """The NOTIFY of ``payloads`` dispatched :meth:`ahead` failed: none comes back."""
+        for payload in payloads:
+            self._came_back(payload)
+
+    def _came_back(self, payload: str) -> bool:
+        """Whether ``payload`` was one dispatched ahead, now accounted for."""
+        count = self._ahead.get(payload, 0)
+        if count > 1:
+            self._ahead[payload] = count - 1
+        elif count:
+            del self._ahead[payload]
+        return count > 0
+
     def _dispatch(self, payload: str) -> None:
         for every in list(self._all_subscribers):
             every(payload)
@@ -144,7 +178,9 @@ class Notifier:
 
     async def _run(self) -> None:
         def on_notify(conn: Any, pid: int, channel: str, payload: object) -> None:
-            self._dispatch(str(payload))
+            text = str(payload)
+            if not (self._ahead and self._came_back(text)):
+                self._dispatch(text)
 
         while True:
             conn: asyncpg.Connection | None = None
@@ -156,6 +192,7 @@ class Notifier:
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(self._channel, on_notify)
+                self._ahead.clear()  # what was sent while away does not come back
                 self._connected.set()
                 self._wake_everyone()
                 await lost.wait()

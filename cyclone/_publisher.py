@@ -6,7 +6,9 @@ it goes out as one statement when it closes. The ends of runs a worker completed
 (:meth:`Publisher.announce`) may also wait, up to :data:`ENDS_LAG`, for company: each
 NOTIFY is a durable commit of its own, and under load one would otherwise follow every
 batch. An insert that commits on its own may carry its NOTIFY in its own statement instead
-(:meth:`Publisher.carrying`), one at a time.
+(:meth:`Publisher.carrying`), one at a time. This process's own listeners (an embedded
+worker, run waiters) get each statement's payloads as it is sent, not when the server sends
+them back (:meth:`cyclone._notifier.Notifier.ahead`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from cyclone import _queries as db
 from cyclone._database import Database
 from cyclone._errors import InvalidStateError
 from cyclone._loops import wait_woken
-from cyclone._notifier import queue_payload, run_payloads
+from cyclone._notifier import Notifier, queue_payload, run_payloads
 from cyclone._transitions import Effects
 from cyclone._wakeups import Wakeups
 
@@ -36,10 +38,18 @@ for the next NOTIFY. A run end with no NOTIFY that recent goes out at once."""
 class Publisher:
     """Wakeups of one schema's ``channel``, sent through ``database`` (see the module)."""
 
-    def __init__(self, database: Database, channel: str, *, coalesce: float) -> None:
+    def __init__(
+        self,
+        database: Database,
+        channel: str,
+        *,
+        coalesce: float,
+        notifier: Notifier | None = None,
+    ) -> None:
         self.database = database
         self.channel = channel
         self.coalesce = coalesce
+        self.notifier = notifier  # this process's listener on ``channel``, if any
         self._pending: set[str] = set()
         self._due = asyncio.Event()  # something pending may not wait for company
         self._sent_at = -math.inf  # when the last NOTIFY went out (the event loop's clock)
@@ -152,13 +162,19 @@ class Publisher:
         if not payloads:
             return
         q = self.database.queries
+        # The work is committed: this process's listeners need not wait for the round trip.
+        ahead = self.notifier is not None and self.notifier.ahead(payloads)
         try:
             if conn is None:
                 async with self.database.borrow() as pooled:
                     await db.wakeup_notify(pooled, q, self.channel, payloads)
             else:
                 await db.wakeup_notify(conn, q, self.channel, payloads)
-        except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
+        except BaseException as exc:
+            if ahead and self.notifier is not None:  # sent or not: let a notification through
+                self.notifier.not_sent(payloads)
+            if not isinstance(exc, (*db.DATABASE_ERRORS, InvalidStateError)):
+                raise
             logger.warning(
                 "publishing %d wakeups failed (%s); polling will pick the work up",
                 len(payloads),

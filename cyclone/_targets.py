@@ -83,11 +83,12 @@ class Producer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class JobPlan:
-    """Standalone jobs to insert: checked, encoded, with their ids."""
+    """Standalone jobs to insert: checked, encoded (the inputs as one JSON array text), with
+    their ids."""
 
     kind: Kind[Any, Any]
     inputs: Sequence[Any]
-    encoded: list[str]
+    encoded: str
     ids: list[uuid.UUID]
     options: Options
     queue: str

@@ -92,6 +92,43 @@ class Listener:
         self.payloads.remove(marker)
 
 
+class QueueWakeups:
+    """The queue wakeups a client's own notifier dispatches, in order, once it listens."""
+
+    def __init__(self) -> None:
+        self.queues: list[str] = []
+        self.grew = asyncio.Event()
+
+    def record(self, queue: str) -> None:
+        """A subscriber's callback."""
+        if queue:  # "": the listener (re)connected, every queue polls
+            self.queues.append(queue)
+            self.grew.set()
+
+    async def until(self, count: int) -> None:
+        """Wait until ``count`` wakeups have been dispatched."""
+        async with asyncio.timeout(30):
+            while len(self.queues) < count:
+                self.grew.clear()
+                await self.grew.wait()
+
+
+@contextlib.asynccontextmanager
+async def queue_wakeups(client: cyclone.Client) -> AsyncIterator[QueueWakeups]:
+    """The client's notifier listening, and what it dispatches to the queues' subscribers."""
+    notifier = client.services.notifier
+    assert notifier is not None
+    seen = QueueWakeups()
+    unsubscribe = notifier.subscribe_queues(seen.record)
+    notifier.acquire()
+    try:
+        await asyncio.wait_for(notifier.connected.wait(), 30)
+        yield seen
+    finally:
+        unsubscribe()
+        await notifier.release()
+
+
 class Records(logging.Handler):
     """Keeps the ``cyclone`` logger's records and lets a test await one."""
 

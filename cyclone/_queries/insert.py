@@ -20,7 +20,7 @@ async def job_insert_many(
     q: Queries,
     *,
     ids: Sequence[uuid.UUID],
-    inputs: Sequence[str],
+    inputs: str,
     kind: str,
     queue: str,
     priority: int,
@@ -35,7 +35,8 @@ async def job_insert_many(
 ) -> int:
     """Insert standalone jobs; return how many were inserted (0: a unique key was held).
 
-    A unique key goes with exactly one job. ``notify`` (channel, payload) is sent by the same
+    ``inputs`` is one JSON array text, an element per id. A unique key goes with exactly one
+    job. ``notify`` (channel, payload) is sent by the same
     statement, so only when the statement commits on its own (autocommit). ``group``: the
     jobs' group key (flow control).
     """
@@ -60,7 +61,7 @@ async def job_insert_many(
             grouped = {"ids": ids, "inputs": inputs, "group_key": group}
             await execute(conn, q, "job_insert_many_grouped", **grouped, **job)
         return len(ids)
-    one = {"id": ids[0], "input": inputs[0], "unique_key": unique}
+    one = {"id": ids[0], "inputs": inputs, "unique_key": unique}
     if group is None:
         count: int = await fetchval(conn, q, "job_insert_unique", **one, **job)
     else:

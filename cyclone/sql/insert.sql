@@ -13,15 +13,17 @@ SELECT pg_advisory_xact_lock(1668899693, hashtext(:kind || chr(31) || :sequence)
 -- name: job_insert_many(ids, inputs, kind, queue, priority, process_at, max_attempts, sequence,
 --     deadline, trace, channel, payload)
 -- Standalone jobs: a run row and a task row each, tasks in input order (the sequence order).
+-- :inputs is one JSON array, an element per job: one parameter for the batch, not an array
+-- of texts that the client encodes element by element.
 -- :payload, when not NULL, is a wakeup to NOTIFY on :channel at the statement's commit: only
 -- ever for an insert that commits on its own (Cyclone's autocommit statement, never a
 -- caller's transaction), which saves the wakeup a statement and a connection of its own.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs
         (id, name, job, input, queue, nodes, remaining, priority, max_attempts, deadline, trace)
-    SELECT i.id, :kind, true, i.input::jsonb, :queue, 1, 1, :priority, :max_attempts, :deadline,
+    SELECT i.id, :kind, true, i.input, :queue, 1, 1, :priority, :max_attempts, :deadline,
            :trace::jsonb
-    FROM unnest(:ids::uuid[], :inputs::text[]) AS i (id, input)
+    FROM ROWS FROM (unnest(:ids::uuid[]), jsonb_array_elements(:inputs::jsonb)) AS i (id, input)
 ), task AS (
     INSERT INTO __schema__.cyclone_tasks
         (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
@@ -39,9 +41,9 @@ WITH run AS (
     INSERT INTO __schema__.cyclone_runs
         (id, name, job, input, queue, nodes, remaining, priority, max_attempts, deadline, trace,
          group_key)
-    SELECT i.id, :kind, true, i.input::jsonb, :queue, 1, 1, :priority, :max_attempts, :deadline,
+    SELECT i.id, :kind, true, i.input, :queue, 1, 1, :priority, :max_attempts, :deadline,
            :trace::jsonb, :group_key
-    FROM unnest(:ids::uuid[], :inputs::text[]) AS i (id, input)
+    FROM ROWS FROM (unnest(:ids::uuid[]), jsonb_array_elements(:inputs::jsonb)) AS i (id, input)
 ), task AS (
     INSERT INTO __schema__.cyclone_tasks
         (run_id, kind, queue, priority, available_at, max_attempts, sequence_key, group_key)
@@ -65,16 +67,16 @@ DO NOTHING
 SELECT c.n, (SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL AND c.n > 0)
 FROM (SELECT count(*)::int AS n FROM run) c;
 
--- name: job_insert_unique(id, input, kind, queue, priority, process_at, max_attempts, sequence,
+-- name: job_insert_unique(id, inputs, kind, queue, priority, process_at, max_attempts, sequence,
 --     deadline, trace, channel, payload, unique_key)
--- One standalone job with a :unique_key (the rest as job_insert_many, for one job, and the
--- wakeup only if it was inserted). A key held by an active run inserts nothing.
+-- One standalone job with a :unique_key (the rest as job_insert_many, for one job: :inputs
+-- holds its input alone, and the wakeup only if it was inserted). A key held by an active run inserts nothing.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
          deadline, trace)
-    VALUES (:id, :kind, true, :input::jsonb, :queue, :unique_key, 1, 1, :priority, :max_attempts,
-            :deadline, :trace::jsonb)
+    VALUES (:id, :kind, true, :inputs::jsonb -> 0, :queue, :unique_key, 1, 1, :priority,
+            :max_attempts, :deadline, :trace::jsonb)
     /* fragment: unique_key_held */
     RETURNING r.id
 ), task AS (
@@ -85,15 +87,15 @@ WITH run AS (
 )
 /* fragment: job_inserted_wakeup */
 
--- name: job_insert_unique_grouped(id, input, kind, queue, priority, process_at, max_attempts,
+-- name: job_insert_unique_grouped(id, inputs, kind, queue, priority, process_at, max_attempts,
 --     sequence, deadline, trace, channel, payload, unique_key, group_key)
 -- job_insert_unique, and :group_key the group key: on the run, and on its task.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
          deadline, trace, group_key)
-    VALUES (:id, :kind, true, :input::jsonb, :queue, :unique_key, 1, 1, :priority, :max_attempts,
-            :deadline, :trace::jsonb, :group_key)
+    VALUES (:id, :kind, true, :inputs::jsonb -> 0, :queue, :unique_key, 1, 1, :priority,
+            :max_attempts, :deadline, :trace::jsonb, :group_key)
     /* fragment: unique_key_held */
     RETURNING r.id
 ), task AS (

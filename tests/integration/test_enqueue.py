@@ -287,6 +287,24 @@ async def test_payloads_that_cannot_be_stored(cyclone_env: CycloneEnv) -> None:
     assert await count_rows(cyclone_env, "cyclone_runs") == 1
 
 
+async def test_a_batch_is_checked_value_by_value(cyclone_env: CycloneEnv) -> None:
+    # The batch travels as one JSON array: the limit holds for each value, not for the array.
+    client = cyclone.Client(cyclone_env.pool, payload_limit=64)
+    text = cyclone.register_kind("text", str, None)
+    runs = await text.enqueue_many(client, ["x" * 60, "y" * 60, "\\u0000"])
+    stored = await cyclone_env.pool.fetch(
+        "SELECT input #>> '{}' AS v FROM cyclone_runs ORDER BY id"
+    )
+    assert [r["v"] for r in stored] == ["x" * 60, "y" * 60, "\\u0000"]
+    assert [await r.status() for r in runs] == [cyclone.RunState.PENDING] * 3
+    with pytest.raises(cyclone.PayloadTooLargeError) as raised:
+        await text.enqueue_many(client, ["a", "x" * 100, "b"])
+    assert (raised.value.size, raised.value.limit) == (102, 64)
+    with pytest.raises(cyclone.InvalidInputError, match="NUL"):
+        await text.enqueue_many(client, ["a", "b\x00"])
+    assert await count_rows(cyclone_env, "cyclone_runs") == 3
+
+
 async def test_closed_pool_gives_a_clear_error(cyclone_env: CycloneEnv) -> None:
     pool = await asyncpg.create_pool(cyclone_env.dsn, min_size=0, max_size=1)
     client = cyclone.Client(pool)

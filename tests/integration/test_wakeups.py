@@ -15,7 +15,7 @@ from cyclone import _queries as db
 from cyclone._publisher import ENDS_LAG
 from cyclone._transitions import Effects
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import Listener
+from tests.conftest import Listener, queue_wakeups
 
 
 @cyclone.step("mail.send", queue="mail")
@@ -382,3 +382,35 @@ async def test_run_ends_of_steady_outcome_writes_share_their_notifies(
     await listener.settle()
     [payload] = listener.counts()
     assert 1 <= listener.counts()[payload] <= 0.5 / ENDS_LAG + 2
+
+
+async def test_this_process_gets_its_wakeups_without_waiting_for_them_to_come_back(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    client = cyclone_env.client
+    async with queue_wakeups(client) as seen, cyclone_env.pool.acquire() as conn:
+        # Sent in a transaction that is still open, the NOTIFY cannot have come back yet.
+        async with conn.transaction():
+            await client.services.publisher.send(["q:mail"], conn)
+            assert seen.queues == ["mail"]
+        # It comes back once committed, and is not dispatched a second time.
+        await listener.settle()
+        assert listener.counts() == {"q:mail": 1}
+        await conn.execute("SELECT pg_notify($1, 'q:mail')", client.channel)  # another's
+        await conn.execute("SELECT pg_notify($1, 'q:last')", client.channel)
+        await seen.until(3)  # delivered in order: the first came back before these
+        assert seen.queues == ["mail", "mail", "last"]
+
+
+async def test_a_wakeup_whose_notify_failed_lets_the_next_notification_through(
+    cyclone_env: CycloneEnv,
+) -> None:
+    client = cyclone_env.client
+    async with queue_wakeups(client) as seen:
+        closed = await asyncpg.connect(cyclone_env.dsn)
+        await closed.close()
+        await client.services.publisher.send(["q:sms"], closed)  # logged, not raised
+        assert seen.queues == ["sms"]
+        await cyclone_env.pool.execute("SELECT pg_notify($1, 'q:sms')", client.channel)
+        await seen.until(2)
+        assert seen.queues == ["sms", "sms"]

@@ -32,7 +32,7 @@ flow.set_result(last)
 
 def test_a_job_plan_has_an_encoded_input_and_a_time_ordered_id_each() -> None:
     plan = plan_jobs(None, a, [1, 2, 3], {"priority": 2})
-    assert plan.encoded == ["1", "2", "3"]
+    assert plan.encoded == "[1,2,3]"
     assert plan.queue == "q1" and plan.options.priority == 2
     assert len(set(plan.ids)) == 3 and plan.ids == sorted(plan.ids)
     assert all(isinstance(i, uuid.UUID) and i.version == 7 for i in plan.ids)
