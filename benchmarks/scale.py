@@ -187,7 +187,7 @@ async def drain(
             if r["query"] == "RESET ALL":
                 calls["pool reset"] += r["calls"]
             continue
-        calls[names.get(_text(r["query"]), r["query"][:30])] += r["calls"]
+        calls[names.get(_text(r["query"])) or _label(r["query"])] += r["calls"]
     top = ", ".join(f"{n} {c / s.jobs:.2f}" for n, c in calls.most_common(4))
     cost = Cost(commits / s.jobs, calls.total() / s.jobs, cpu * 1000 / s.jobs, top)
     return s.jobs / elapsed, waits, cost
@@ -259,6 +259,12 @@ async def idle_maintenance(pool: asyncpg.Pool, dsn: str, processes: int, window:
         calls, ms = per.get(name, (0.0, 0.0))
         per[name] = (calls + r["calls"] / elapsed, ms + r["total_exec_time"] / elapsed)
     return Idle(elapsed, commits / elapsed, per)
+
+
+def _label(query: str) -> str:
+    """A statement's name from its first line (``-- cyclone: <name>``), or its start."""
+    first = query.split("\n", 1)[0]
+    return first.removeprefix("-- cyclone: ") if first.startswith("-- cyclone: ") else first[:30]
 
 
 def _names() -> dict[str, str]:
