@@ -51,6 +51,16 @@ _TOKEN = re.compile(
     """,
     re.DOTALL | re.VERBOSE,
 )
+# What removing comments leaves to tidy, outside strings and quoted identifiers (kept as
+# they are, line breaks and spaces included): spaces that end a line, and empty lines.
+_LAYOUT = re.compile(
+    r"""'(?:[^']|'')*'
+      | "(?:[^"]|"")*"
+      | \n[ \t]*(?=\n)
+      | [ \t]+(?=\n|$)
+    """,
+    re.VERBOSE,
+)
 _PARAMETER = re.compile(r"[a-z_][a-z0-9_]*")
 # 55 characters at most: the notification channel "cyclone_<schema>" must fit in 63.
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,54}$")
@@ -109,8 +119,8 @@ def compile_statement(name: str, text: str, params: tuple[str, ...]) -> Statemen
         used.add(param)
         return f"${number[param]}"
 
-    lines = (line.rstrip() for line in _TOKEN.sub(replace, text).splitlines())
-    sql = "\n".join([f"-- cyclone: {name}", *(line for line in lines if line)])
+    bare = _LAYOUT.sub(lambda m: m[0] if m[0][0] in "'\"" else "", _TOKEN.sub(replace, text))
+    sql = f"-- cyclone: {name}\n{bare.strip()}"
     unused = [p for p in params if p not in used]
     if unused:
         raise SqlLoadError(f"{name}: declares {', '.join(unused)} but never uses it")

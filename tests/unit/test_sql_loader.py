@@ -180,6 +180,11 @@ def test_statements_read_the_time_from_the_clock_alone() -> None:
         assert "now()" not in code.replace("DEFAULT now()", ""), name
 
 
+def test_a_string_keeps_its_lines_and_spaces_when_comments_go(tmp_path: Path) -> None:
+    text = "-- name: one\nSELECT 'a  \n\n  b', \"x\n\ny\"  -- why\n\n\nFROM t;  \n"
+    assert one(tmp_path, text).sql == "SELECT 'a  \n\n  b', \"x\n\ny\"\nFROM t;"
+
+
 def test_every_statement_is_short_enough_for_asyncpg_to_cache_its_plan() -> None:
     """asyncpg prepares (and so the server plans once) only statements of up to
     max_cacheable_statement_size (15 KiB by default); a longer one is planned on every
