@@ -179,7 +179,8 @@ class Held:
         self._keep = keep
         self._hold = hold
         self._kept: list[PooledConnection] = []
-        self._until: dict[PooledConnection, float] = {}  # when each held one goes back
+        # When each connection taken goes back at the latest, and the timer that sees to it.
+        self._until: dict[PooledConnection, tuple[float, asyncio.TimerHandle]] = {}
         self._released = False
 
     @contextlib.asynccontextmanager
@@ -195,15 +196,14 @@ class Held:
         if conn is None:
             conn = await self._database.acquire()
             until = loop.time() + self._hold
-            self._until[conn] = until
-            loop.call_at(until, self._expire, conn)
+            self._until[conn] = until, loop.call_at(until, self._expire, conn)
         keep = False
         try:
             yield conn
             keep = (
                 not self._released
                 and len(self._kept) < self._keep
-                and loop.time() < self._until[conn]
+                and loop.time() < self._until[conn][0]
                 and _reusable(conn)
                 and self._database.has_room()
             )
@@ -226,7 +226,9 @@ class Held:
             self._give_back(conn)
 
     def _give_back(self, conn: PooledConnection) -> None:
-        self._until.pop(conn, None)
+        _, timer = self._until.pop(conn, (0.0, None))
+        if timer is not None:
+            timer.cancel()
         self._database.release_soon(conn)
 
 
