@@ -355,3 +355,19 @@ async def test_a_long_backlog_does_not_make_the_claim_costly_enough_to_compile(
                 *("plans", ["plan.noop"], 16, 30.0, "w", []),
             )
             assert "JIT" not in json.loads(text)[0]
+
+
+async def test_a_claim_locks_only_what_it_takes_under_the_cap(cyclone_env: CycloneEnv) -> None:
+    """The constant CLAIM_MAX limit sits under the claim's share: a claim of 5, its
+    transaction still open, locks those 5 tasks and no more of the 20 its capped scan could
+    read, and a claim beside it takes 5 others."""
+    client, pool = cyclone_env.client, cyclone_env.pool
+    await noop.enqueue_many(client, list(range(20)))
+    unlocked = "SELECT count(*) FROM (SELECT 1 FROM cyclone_tasks FOR UPDATE SKIP LOCKED) t"
+    async with pool.acquire() as first, pool.acquire() as second, first.transaction():
+        mine = await db.task_claim(first, client.queries, "plans", [noop.name], 5, 30.0, "a", [])
+        async with second.transaction():
+            assert await second.fetchval(unlocked) == 15
+        theirs = await db.task_claim(second, client.queries, "plans", [noop.name], 5, 30.0, "b", [])
+    assert len(mine) == len(theirs) == 5
+    assert {r["id"] for r in mine}.isdisjoint({r["id"] for r in theirs})
