@@ -5,7 +5,10 @@ Four claimers (as four workers) drain ``--jobs`` standalone jobs side by side, e
 one server, in one run:
 
 - ``before``: the claim as of migration 0007 (the text below), on a schema migrated to 0007;
-- ``no limits``: today's claim on a schema with every migration, a queue with no limits;
+- ``no limits``: today's claim of a queue with no limits (``task_claim_plain``, as a worker
+  sends it) on a schema with every migration;
+- ``full claim, no limits``: the same queue claimed by the full claim (``task_claim``),
+  which a worker sends once the plain claim declines;
 - ``global limit``: the same queue under a concurrency limit it never reaches (100) and a
   rate limit it never reaches: every claim locks and writes the queue's row;
 - ``100 tenants``: no limit, the jobs spread over 100 group keys claimed in turns;
@@ -138,9 +141,11 @@ async def measure(dsn: str, jobs: int, rounds: int, backlog: int) -> str:
         await after.migrate()
         old_claim = BEFORE_CLAIM.replace("__schema__", '"flow_before"')
         new_claim = after.queries["task_claim"]
+        plain_claim = after.queries["task_claim_plain"]
         cases: dict[str, list[float]] = {
             "before": [],
             "no limits": [],
+            "full claim, no limits": [],
             "global limit": [],
             "100 tenants": [],
             "before, backlog": [],
@@ -151,7 +156,10 @@ async def measure(dsn: str, jobs: int, rounds: int, backlog: int) -> str:
             cases["before"].append(jobs / await _drain(pool, before.queries, old_claim, jobs))
             await after.queues.set_limits("bench-flow", create=True)
             await _fill(after, jobs, 0)
-            cases["no limits"].append(jobs / await _drain(pool, after.queries, new_claim, jobs))
+            cases["no limits"].append(jobs / await _drain(pool, after.queries, plain_claim, jobs))
+            await _fill(after, jobs, 0)
+            full = jobs / await _drain(pool, after.queries, new_claim, jobs)
+            cases["full claim, no limits"].append(full)
             await after.queues.set_limits("bench-flow", concurrency=100, rate=10**6, per=1)
             await _fill(after, jobs, 0)
             limited = jobs / await _drain(pool, after.queries, new_claim, jobs)
@@ -163,7 +171,7 @@ async def measure(dsn: str, jobs: int, rounds: int, backlog: int) -> str:
             late = jobs / await _drain(pool, before.queries, old_claim, jobs)
             cases["before, backlog"].append(late)
             await _fill(after, jobs, 0, backlog)
-            late = jobs / await _drain(pool, after.queries, new_claim, jobs)
+            late = jobs / await _drain(pool, after.queries, plain_claim, jobs)
             cases["no limits, backlog"].append(late)
     base = statistics.median(cases["before"])
     lines = [f"{jobs} jobs (backlog {backlog}), 4 claimers of 10, median of {rounds} rounds:"]

@@ -67,7 +67,8 @@ async def autovacuum(pool: asyncpg.Pool, *, enabled: bool) -> None:
 
 async def claim_plan(dsn: str, concurrency: int = 16) -> dict[str, str]:
     """The claim's custom and generic plans on a fresh connection, each as one line."""
-    claim = Queries("public")["task_claim"]  # the text exactly as the worker sends it
+    # The text exactly as the worker sends it for the benchmark's queue (no flow control).
+    claim = Queries("public")["task_claim_plain"]
     conn = await asyncpg.connect(dsn)
     try:
         types = "text, text[], int, float8, text, text[]"

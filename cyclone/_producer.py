@@ -33,6 +33,9 @@ logger = logging.getLogger("cyclone")
 # Claims of one queue in flight together: with more free slots than one claim takes
 # (claim_batch), the next claim runs while the last one's attempts start.
 CLAIMS_AT_ONCE = 2
+# Once the plain claim declined (the queue uses flow control), claims are task_claim's for
+# this many seconds before the plain claim is tried again: a limit removed shows by then.
+PLAIN_RETRY = 5.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class Producer:
         self._held = False
         self._retry_in: float | None = None
         self._missed = False  # a wakeup came while a claim was in flight
+        self._plain_at = 0.0  # the loop's time from which to try the plain claim again
 
     def wake(self) -> None:
         """Claim now (a NOTIFY for this queue, a reconnected listener, a drain)."""
@@ -169,16 +173,7 @@ class Producer:
     async def _claim_and_start(self, limit: int) -> None:
         started = time.perf_counter()
         async with self._connection.use() as conn:
-            rows = await db.task_claim(
-                conn,
-                self._database.queries,
-                self.name,
-                self._claiming.kinds,
-                limit,
-                self._claiming.lease,
-                self._claiming.worker_id,
-                self._claiming.workflows,
-            )
+            rows = await self._take(conn, limit)
             loop = asyncio.get_running_loop()
             for row in rows:
                 claimed = Claimed.from_row(row, queue=self.name, worker=self._claiming.worker_id)
@@ -188,6 +183,20 @@ class Producer:
         self._observers.claimed(self.name, len(rows), time.perf_counter() - started)
         self._last_claim_full = len(rows) == limit
         self._held, self._retry_in = rows.held, rows.retry_in  # flow control
+
+    async def _take(self, conn: db.Conn, limit: int) -> db.ClaimedRows:
+        """Claim up to ``limit`` tasks: by the plain claim while the queue uses no flow
+        control, by the full one (``task_claim``) while it does."""
+        c = self._claiming
+        args = (self.name, c.kinds, limit, c.lease, c.worker_id, c.workflows)
+        q = self._database.queries
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._plain_at:
+            rows = await db.task_claim_plain(conn, q, *args)
+            if not rows.declined:
+                return rows
+            self._plain_at = loop.time() + PLAIN_RETRY
+        return await db.task_claim(conn, q, *args)
 
     def _claim_again(self) -> bool:
         """Flow control: the last claim was held back by a count already out of date."""

@@ -195,7 +195,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     *_t(Table.TASKS, _NEW, T.AVAILABLE, "job_reopen", "the failed job kept no task", "retry"),
     *_t(Table.TASKS, T.FAILED, T.AVAILABLE, "job_reopen",
         "the failed sequenced job's blocking task", "retry"),
-    *_t(Table.TASKS, T.AVAILABLE, T.RUNNING, "task_claim",
+    *_t(Table.TASKS, T.AVAILABLE, T.RUNNING, "task_claim task_claim_plain",
         "due, kind (and workflow) served, run pending, first live task of its sequence, "
         "room under flow control; not locked by another (SKIP LOCKED)", "producer"),
     *_t(Table.TASKS, T.RUNNING, T.AVAILABLE, "task_retry_many", f"{_FENCED}; run pending",

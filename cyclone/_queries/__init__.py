@@ -11,7 +11,14 @@ caller's business; nothing here begins or commits. Callers use the package as on
 
 from __future__ import annotations
 
-from cyclone._queries.claim import CLAIM_MAX, task_claim, task_heartbeat, task_pending_work
+from cyclone._queries.claim import (
+    CLAIM_MAX,
+    ClaimedRows,
+    task_claim,
+    task_claim_plain,
+    task_heartbeat,
+    task_pending_work,
+)
 from cyclone._queries.complete import (
     Completions,
     attempts_completed,
@@ -109,6 +116,7 @@ __all__ = [
     "CLAIM_MAX",
     "DATABASE_ERRORS",
     "RETRYABLE_ERRORS",
+    "ClaimedRows",
     "Completions",
     "Conn",
     "Record",
@@ -175,6 +183,7 @@ __all__ = [
     "stats_queues",
     "stats_unserved",
     "task_claim",
+    "task_claim_plain",
     "task_expired_exhausted",
     "task_heartbeat",
     "task_pending_work",

@@ -262,6 +262,72 @@ FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, retry_in FROM held;
 
+-- name: task_claim_plain(queue, kinds, limit, lease, worker, workflows)
+-- task_claim for a queue whose flow control is not in use, which is most queues: not paused,
+-- no limit on it or on a kind served, no keyed work available. Then task_claim would take
+-- the first :limit tasks of the one group '' in claim order, which this does with a third of
+-- the executor's work (the turns, shares and counts are what cost). If any of that is in use
+-- in this statement's snapshot, it claims nothing and returns one row with a NULL id: the
+-- caller then claims with task_claim. A change of limits that commits during the claim is
+-- not seen by it, as for task_claim, which reads an unlimited queue's row unlocked too.
+--
+-- The scan stops at CLAIM_MAX rows as in task_claim, and the limit is a subquery: the
+-- planner estimates a custom plan like the generic one, so the plan cache settles on the
+-- generic plan instead of planning every claim afresh (which took longer than running it).
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+), plain AS MATERIALIZED (
+    SELECT NOT EXISTS (
+            SELECT 1 FROM __schema__.cyclone_queues q
+            WHERE q.queue = :queue
+              AND (q.paused OR q.concurrency IS NOT NULL OR q.rate IS NOT NULL
+                   OR q.key_concurrency IS NOT NULL OR q.key_rate IS NOT NULL))
+        AND NOT EXISTS (
+            SELECT 1 FROM __schema__.cyclone_kind_limits k
+            WHERE k.kind = ANY (:kinds::text[])
+              AND (k.concurrency IS NOT NULL OR k.rate IS NOT NULL))
+        AND (  -- task_claim's probe for keyed work: by the claim index's order, one probe
+            SELECT t.group_key FROM __schema__.cyclone_tasks t
+            WHERE t.state = 'available' AND t.queue = :queue AND t.group_key > ''
+            ORDER BY t.group_key LIMIT 1) IS NULL AS ok
+), picked AS MATERIALIZED (
+    SELECT c.run_id, c.id FROM (
+        SELECT t.run_id, t.id
+        FROM __schema__.cyclone_tasks t
+        WHERE t.state = 'available' AND t.queue = :queue AND t.group_key = ''
+          AND t.available_at <= __now__ AND t.kind = ANY (:kinds::text[])
+          AND (SELECT r.state = 'pending' AND (t.node IS NULL OR r.name = ANY (:workflows::text[]))
+               FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
+          AND /* fragment: sequence_turn */
+          AND (SELECT ok FROM plain)
+        ORDER BY t.priority DESC, t.available_at, t.id
+        LIMIT 1000
+        FOR UPDATE OF t SKIP LOCKED  -- only the rows the limit below takes are locked
+    ) c
+    LIMIT (SELECT :limit::int)
+), claimed AS (
+    UPDATE __schema__.cyclone_tasks t
+    SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
+        lease_until = __now__ + make_interval(secs => :lease), worker = :worker,
+        started_at = __now__
+    FROM picked, async_commit
+    WHERE t.run_id = picked.run_id AND t.id = picked.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM picked))
+    RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
+        (SELECT ARRAY[r.name, r.input::text, r.trace::text]
+         FROM __schema__.cyclone_runs r WHERE r.id = t.run_id) AS run,
+        (SELECT jsonb_object_agg(e.parent, s.output)::text
+         FROM __schema__.cyclone_edges e
+         JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
+         WHERE e.run_id = t.run_id AND e.child = t.node) AS deps
+)
+SELECT id, run_id, node, kind, attempt, max_attempts, claims,
+    run[1] AS name, run[2] AS input, run[3] AS trace, deps
+FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE NOT (SELECT ok FROM plain);
+
 -- name: task_heartbeat(run_ids, ids, claims, lease)
 -- Extend the leases of tasks this worker still owns; a task missing from the result was
 -- cancelled or reclaimed, and its handler must stop. No WAL flush wait, as for claims.

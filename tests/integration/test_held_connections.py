@@ -135,12 +135,12 @@ async def test_a_worker_whose_held_connections_are_terminated_keeps_claiming_and
     async with fast_worker(client, steps=[record], queues={"held": 4}) as worker:
         await record.enqueue_many(client, list(range(JOBS // 2)))
         await asyncio.wait_for(worker.drain(), 60)
-        held = await running(env, "task_claim") + await running(env, "job_complete_many")
+        held = await running(env, "task_claim_plain") + await running(env, "job_complete_many")
         assert held  # the worker keeps at least its claims' connection
         await terminate(env, held)
         await record.enqueue_many(client, list(range(JOBS // 2, JOBS)))
         await asyncio.wait_for(worker.drain(), 60)
-        assert set(await running(env, "task_claim")).isdisjoint(held)  # replaced
+        assert set(await running(env, "task_claim_plain")).isdisjoint(held)  # replaced
     assert sorted(probe.calls) == list(range(JOBS))  # each job ran once: none lost or repeated
     counts = await env.pool.fetch("SELECT state, count(*) FROM cyclone_runs GROUP BY state")
     assert {r["state"]: r["count"] for r in counts} == {"completed": JOBS}

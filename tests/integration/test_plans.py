@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+import pytest
 
 import cyclone
 from cyclone import _queries as db
@@ -47,6 +49,10 @@ async def test_claim_heartbeat_and_completion_plans(cyclone_env: CycloneEnv) -> 
     claim = await explain(cyclone_env, "task_claim", "plans", ["plan.noop"], 10, 30.0, "w", [])
     assert "idx_tasks_claim" in claim
     assert "cyclone_runs_pkey" in claim  # the claimed tasks' runs, by primary key
+    plain = await explain(
+        cyclone_env, "task_claim_plain", "plans", ["plan.noop"], 10, 30.0, "w", []
+    )
+    assert {"idx_tasks_claim", "cyclone_runs_pkey"} <= plain
     beat = await explain(cyclone_env, "task_heartbeat", [run, run], [1, 2], [1, 1], 30.0)
     assert "cyclone_tasks_pkey" in beat
     done = await explain(
@@ -181,6 +187,8 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
     statements: list[tuple[str, tuple[object, ...]]] = [
         ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
         ("task_claim", ("plans", ["plan.noop"], 100, 30.0, "w", ["some.flow"])),
+        ("task_claim_plain", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
+        ("task_claim_plain", ("plans", ["plan.noop"], 100, 30.0, "w", ["some.flow"])),
         ("task_heartbeat", (run_ids, ids, claims, 30.0)),
         ("job_complete_many", (run_ids, ids, claims, ["null"] * n)),
         ("task_retry_many", (run_ids, ids, claims, [0.0] * n, [None] * n, [False] * n)),
@@ -213,7 +221,7 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
                             assert cond.startswith("(id = "), (where, "all runs", plan)
                     if name != "task_pending_work":  # a drain's check, which may read them all
                         tasks = reads_of(plan, "cyclone_tasks")
-                        assert all(i for _, i, _ in tasks), (where, "reads every task", plan)
+                        assert all(i for _, i, _ in tasks), (where, "reads every task", tasks)
 
 
 async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv) -> None:
@@ -246,6 +254,7 @@ async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv)
     statements: list[tuple[str, tuple[object, ...]]] = [
         ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
         ("task_claim", ("elsewhere", ["plan.noop"], 16, 30.0, "w", [])),
+        ("task_claim_plain", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
         ("queue_known", ("plans",)),
         ("queue_list", (None,)),
         ("queue_limits_set", ("plans", 10, None, None, None, None, None)),
@@ -266,7 +275,7 @@ async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv)
                         assert index == "cyclone_runs_pkey", (where, node, plan)
                         assert cond.startswith("(id = "), (where, "all runs", plan)
                     tasks = reads_of(plan, "cyclone_tasks")
-                    assert all(i for _, i, _ in tasks), (where, "reads every task", plan)
+                    assert all(i for _, i, _ in tasks), (where, "reads every task", tasks)
                     if args[0] == "plans" and name == "task_claim":
                         used = {i for _, i, _ in tasks}
                         assert {"idx_tasks_claim", "idx_tasks_lease"} <= used, (where, used)
@@ -327,8 +336,9 @@ async def test_a_claim_without_limits_or_keys_counts_nothing(cyclone_env: Cyclon
     assert sum(runs_of(plan, "cyclone_key_starts")) >= 1
 
 
+@pytest.mark.parametrize("claim", ["task_claim", "task_claim_plain"])
 async def test_a_long_backlog_does_not_make_the_claim_costly_enough_to_compile(
-    cyclone_env: CycloneEnv,
+    cyclone_env: CycloneEnv, claim: str
 ) -> None:
     """PostgreSQL compiles a statement whose estimated cost passes jit_above_cost (100,000 by
     default) on every execution. The claim's share of a key is a limit the planner cannot
@@ -343,7 +353,7 @@ async def test_a_long_backlog_does_not_make_the_claim_costly_enough_to_compile(
         await conn.execute("SET jit = on; SET jit_above_cost = 100000")
         for mode in ("custom", "generic"):
             await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
-            statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {client.queries['task_claim']}")
+            statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {client.queries[claim]}")
             for limit in (16, db.CLAIM_MAX):
                 plan = json.loads(
                     await statement.fetchval("plans", ["plan.noop"], limit, 30.0, "w", [])
@@ -351,13 +361,16 @@ async def test_a_long_backlog_does_not_make_the_claim_costly_enough_to_compile(
                 assert plan[0]["Plan"]["Total Cost"] < 100_000, (mode, limit, plan)
         async with conn.transaction():
             text = await conn.fetchval(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) {client.queries['task_claim']}",
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {client.queries[claim]}",
                 *("plans", ["plan.noop"], 16, 30.0, "w", []),
             )
             assert "JIT" not in json.loads(text)[0]
 
 
-async def test_a_claim_locks_only_what_it_takes_under_the_cap(cyclone_env: CycloneEnv) -> None:
+@pytest.mark.parametrize("claim", [db.task_claim, db.task_claim_plain])
+async def test_a_claim_locks_only_what_it_takes_under_the_cap(
+    cyclone_env: CycloneEnv, claim: Callable[..., Awaitable[db.ClaimedRows]]
+) -> None:
     """The constant CLAIM_MAX limit sits under the claim's share: a claim of 5, its
     transaction still open, locks those 5 tasks and no more of the 20 its capped scan could
     read, and a claim beside it takes 5 others."""
@@ -365,9 +378,32 @@ async def test_a_claim_locks_only_what_it_takes_under_the_cap(cyclone_env: Cyclo
     await noop.enqueue_many(client, list(range(20)))
     unlocked = "SELECT count(*) FROM (SELECT 1 FROM cyclone_tasks FOR UPDATE SKIP LOCKED) t"
     async with pool.acquire() as first, pool.acquire() as second, first.transaction():
-        mine = await db.task_claim(first, client.queries, "plans", [noop.name], 5, 30.0, "a", [])
+        mine = await claim(first, client.queries, "plans", [noop.name], 5, 30.0, "a", [])
         async with second.transaction():
             assert await second.fetchval(unlocked) == 15
-        theirs = await db.task_claim(second, client.queries, "plans", [noop.name], 5, 30.0, "b", [])
+        theirs = await claim(second, client.queries, "plans", [noop.name], 5, 30.0, "b", [])
     assert len(mine) == len(theirs) == 5
     assert {r["id"] for r in mine}.isdisjoint({r["id"] for r in theirs})
+
+
+async def test_the_claims_settle_on_their_cached_generic_plans(cyclone_env: CycloneEnv) -> None:
+    """After a connection's first five claims, each claim statement runs its cached generic
+    plan instead of being planned again (which took longer than running it): its custom plans
+    are costed no cheaper than the generic one. A plain claim with its limit as a parameter
+    was planned on every execution."""
+    client, pool = cyclone_env.client, cyclone_env.pool
+    await noop.enqueue_many(client, list(range(1_000)))
+    await pool.execute("ANALYZE")
+    q = client.queries
+    async with pool.acquire() as conn:
+        for _ in range(20):
+            assert len(await db.task_claim_plain(conn, q, "plans", [noop.name], 10, 30, "w", []))
+            assert len(await db.task_claim(conn, q, "plans", [noop.name], 10, 30.0, "w", []))
+        rows = await conn.fetch(
+            "SELECT substring(statement from '^-- cyclone: (\\w+)') AS name,"
+            " generic_plans, custom_plans FROM pg_prepared_statements"
+        )
+    plans = {r["name"]: (r["generic_plans"], r["custom_plans"]) for r in rows if r["name"]}
+    for name in ("task_claim_plain", "task_claim"):
+        generic, custom = plans[name]
+        assert custom <= 5 and generic >= 15, (name, generic, custom)

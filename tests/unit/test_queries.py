@@ -7,6 +7,8 @@ import ast
 import re
 from importlib import resources
 
+import pytest
+
 import cyclone._queries
 from cyclone._sql import _STATEMENTS
 
@@ -51,9 +53,10 @@ def test_every_statement_has_a_wrapper() -> None:
     assert set(_STATEMENTS) - sent == set()
 
 
-def test_the_claim_scans_at_most_claim_max_tasks() -> None:
-    """The claim's one constant LIMIT is CLAIM_MAX (a worker never asks for more), so that
+@pytest.mark.parametrize("statement", ["task_claim", "task_claim_plain"])
+def test_the_claim_scans_at_most_claim_max_tasks(statement: str) -> None:
+    """A claim's one constant LIMIT is CLAIM_MAX (a worker never asks for more), so that
     the planner costs its scan for that many rows whatever the backlog."""
-    sql = _STATEMENTS["task_claim"].sql
+    sql = _STATEMENTS[statement].sql
     constants = [n for n in re.findall(r"LIMIT (\d+)", sql) if n != "1"]  # probes take one
     assert constants == [str(cyclone._queries.CLAIM_MAX)]

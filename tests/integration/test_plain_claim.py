@@ -1,0 +1,138 @@
+"""The plain claim (``task_claim_plain``): what ``task_claim`` would claim from a queue that
+uses no flow control, more cheaply; for a queue that does, nothing, and a word to use
+``task_claim``. A worker claims by it while it can."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+import cyclone
+from cyclone import _queries as db
+from cyclone.testing.plugin import CycloneEnv
+from tests.conftest import Probe, fast_worker
+
+probe = Probe()
+
+
+@cyclone.step("plain.noop", queue="plain")
+async def noop(ctx: cyclone.Context, n: int) -> int:
+    probe.calls.append(n)
+    return n
+
+
+@cyclone.step("plain.other", queue="plain")
+async def other(ctx: cyclone.Context, n: int) -> int:
+    return n
+
+
+@pytest.fixture
+def env(cyclone_env: CycloneEnv) -> CycloneEnv:
+    probe.reset()
+    return cyclone_env
+
+
+async def claim_plain(env: CycloneEnv, limit: int, kinds: list[str]) -> db.ClaimedRows:
+    async with env.pool.acquire() as conn:
+        return await db.task_claim_plain(
+            conn, env.client.queries, "plain", kinds, limit, 30.0, "w", []
+        )
+
+
+async def available(env: CycloneEnv) -> int:
+    n: int = await env.pool.fetchval("SELECT count(*) FROM cyclone_tasks WHERE state = 'available'")
+    return n
+
+
+async def test_it_claims_in_the_order_the_full_claim_would(env: CycloneEnv) -> None:
+    """Highest priority first, then the earliest available, then the first enqueued; only
+    due tasks of the kinds asked for; at most the limit."""
+    client = env.client
+    await noop.enqueue_many(client, list(range(6)))
+    await noop.enqueue_many(client, [10, 11], priority=5)
+    await noop.enqueue_many(client, [20], process_in=3600.0, priority=9)  # not due
+    await other.enqueue_many(client, [30], priority=9)  # a kind not asked for
+    claimed: list[int] = []
+    while rows := await claim_plain(env, 3, [noop.name]):
+        assert not rows.declined and len(rows) <= 3
+        claimed += [int(r["input"]) for r in rows]
+    assert claimed == [10, 11, 0, 1, 2, 3, 4, 5]
+    assert await available(env) == 2
+
+
+async def test_a_sequence_and_a_finished_run_are_respected(env: CycloneEnv) -> None:
+    """Only a sequence's first live task, and no task of a run that is no longer pending."""
+    client = env.client
+    await noop.enqueue_many(client, [1, 2], sequence="s")
+    cancelled = await noop.enqueue(client, 3)
+    await cancelled.cancel()
+    rows = await claim_plain(env, 10, [noop.name])
+    assert [int(r["input"]) for r in rows] == [1]
+
+
+SETUPS: dict[str, Callable[[cyclone.Client], Awaitable[object]]] = {
+    "paused": lambda c: c.queues.pause("plain", create=True),
+    "a concurrency limit": lambda c: c.queues.set_limits("plain", concurrency=5, create=True),
+    "a rate limit": lambda c: c.queues.set_limits("plain", rate=100, per=1.0, create=True),
+    "a key limit": lambda c: c.queues.set_limits("plain", key_concurrency=2, create=True),
+    "a key rate": lambda c: c.queues.set_limits("plain", key_rate=2, key_per=1.0, create=True),
+    "a limited kind": lambda c: c.queues.set_kind_limits(noop.name, concurrency=5),
+    "keyed work": lambda c: noop.enqueue_many(c, [100], group="tenant"),
+}
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+async def test_a_queue_using_flow_control_is_declined_and_nothing_claimed(
+    env: CycloneEnv, setup: str
+) -> None:
+    await noop.enqueue_many(env.client, list(range(5)))
+    await SETUPS[setup](env.client)
+    before = await available(env)
+    rows = await claim_plain(env, 10, [noop.name])
+    assert rows.declined and list(rows) == []
+    assert await available(env) == before  # nothing claimed
+
+
+async def test_limits_cleared_or_a_row_without_limits_claim_plainly(env: CycloneEnv) -> None:
+    """A queue's row with no limit set, a limited kind the worker does not serve, and keyed
+    work of another queue are no flow control of this claim's."""
+    client = env.client
+    await client.queues.set_limits("plain", concurrency=5, create=True)
+    await client.queues.set_limits("plain")  # cleared
+    await client.queues.set_kind_limits(other.name, concurrency=1)
+    await noop.enqueue_many(client, [7], group="tenant", queue="elsewhere")
+    await noop.enqueue_many(client, list(range(5)))
+    rows = await claim_plain(env, 10, [noop.name])
+    assert not rows.declined and len(rows) == 5
+
+
+async def last_claims(env: CycloneEnv) -> set[str]:
+    """The claim statements that connections held by a worker sent last."""
+    rows = await env.pool.fetch(
+        "SELECT substring(query from '^-- cyclone: (task_claim\\w*)') AS name"
+        " FROM pg_stat_activity WHERE datname = current_database()"
+    )
+    return {r["name"] for r in rows if r["name"]}
+
+
+async def test_a_worker_claims_plainly_until_a_limit_is_set_and_then_obeys_it(
+    env: CycloneEnv,
+) -> None:
+    """A worker on an unlimited queue sends the plain claim; once the queue is limited, the
+    plain claim declines and the full one claims, within the limit."""
+    client = env.client
+    async with fast_worker(client, steps=[noop, other], queues={"plain": 8}) as worker:
+        await noop.enqueue_many(client, list(range(20)))
+        await asyncio.wait_for(worker.drain(), 60)
+        assert await last_claims(env) == {"task_claim_plain"}
+        await client.queues.pause("plain")
+        await noop.enqueue_many(client, list(range(20, 30)))
+        async with asyncio.timeout(60):  # the next poll's claims: observed, not slept on
+            while "task_claim" not in await last_claims(env):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        assert await available(env) == 10  # paused: nothing started
+        await client.queues.resume("plain")
+        await asyncio.wait_for(worker.drain(), 60)
+    assert sorted(probe.calls) == list(range(30))
