@@ -178,7 +178,7 @@ async def measure(dsn: str, jobs: int, rounds: int, backlog: int) -> str:
     for name, rates in cases.items():
         rate = statistics.median(rates)
         spread = f"{min(rates):.0f}-{max(rates):.0f}"
-        lines.append(f"  {name:18} {rate:8.0f} jobs/s ({spread})  ratio {rate / base:.2f}")
+        lines.append(f"  {name:22} {rate:8.0f} jobs/s ({spread})  ratio {rate / base:.2f}")
     return "\n".join(lines)
 
 

@@ -4,7 +4,8 @@ Runs the embedded-worker drain at concurrency 16 and the single enqueue (with an
 worker) on a server with ``pg_stat_statements`` loaded (a throwaway one unless ``--dsn``, whose
 server must preload it), and prints for each: wall time, this process's CPU time, the
 server's CPU time (its backends, from /proc), the server's execution time, and every statement
-sent per job with its share of the server's time. ``--pyinstrument`` also prints the top of a
+sent per job with its share of the server's time and of its planning time (a statement the
+plan cache plans afresh each time shows there). ``--pyinstrument`` also prints the top of a
 pyinstrument profile of each scenario (a second run, as the profiler slows it).
 """
 
@@ -25,7 +26,8 @@ from benchmarks.floor import Figure
 from cyclone.testing import postgres_server
 
 _STATEMENTS = """
-SELECT calls, total_exec_time, regexp_replace(query, '\\s+', ' ', 'g') AS query
+SELECT calls, total_exec_time, total_plan_time,
+    regexp_replace(query, '\\s+', ' ', 'g') AS query
 FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 ORDER BY calls DESC, total_exec_time DESC
@@ -82,14 +84,14 @@ async def profile(
         + f"server execution {executed:.2f} s; "
         f"{sum(r['calls'] for r in rows) / jobs:.2f} statements per job in all",
         "",
-        "| per job | server ms/job | statement |",
-        "| ---: | ---: | --- |",
+        "| per job | server ms/job | planning ms/job | statement |",
+        "| ---: | ---: | ---: | --- |",
     ]
     for r in rows:
         if r["calls"] >= jobs / 100:  # setup and polling statements are left out
             query = r["query"] if len(r["query"]) <= 90 else r["query"][:87] + "..."
-            per_job = r["total_exec_time"] / jobs
-            lines.append(f"| {r['calls'] / jobs:.2f} | {per_job:.3f} | `{query}` |")
+            per_job, planned = r["total_exec_time"] / jobs, r["total_plan_time"] / jobs
+            lines.append(f"| {r['calls'] / jobs:.2f} | {per_job:.3f} | {planned:.3f} | `{query}` |")
     return "\n".join(lines)
 
 
@@ -122,7 +124,11 @@ def cli() -> None:
     if args.dsn:
         asyncio.run(main(args.dsn, args.pyinstrument))
         return
-    settings = {"shared_preload_libraries": "pg_stat_statements"}
+    # Planning counted too: a statement the plan cache plans on every execution shows there.
+    settings = {
+        "shared_preload_libraries": "pg_stat_statements",
+        "pg_stat_statements.track_planning": "on",
+    }
     with postgres_server(env_var="CYCLONE_BENCH_DSN", durable=True, settings=settings) as server:
         asyncio.run(main(server.dsn, args.pyinstrument))
 
