@@ -26,6 +26,26 @@ CROSS JOIN LATERAL (
 -- state is said too, so that a plan without statistics does not take every task for running.
 r.state = 'running' AND r.lease_until BETWEEN '-infinity' AND 'infinity'
 
+-- fragment: claim_chosen
+-- Claim the tasks of CTE chosen (run_id, id), each locked by the statement already: running
+-- under a lease, its attempt and claim count bumped (the claim count fences every later
+-- write of this attempt), with what the worker needs to run it.
+UPDATE __schema__.cyclone_tasks t
+SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
+    lease_until = __now__ + make_interval(secs => :lease), worker = :worker,
+    started_at = __now__
+FROM chosen, async_commit
+WHERE t.run_id = chosen.run_id AND t.id = chosen.id
+  AND t.run_id = ANY (ARRAY(SELECT run_id FROM chosen))
+RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims, t.group_key,
+    -- The claimed tasks' runs, by key again (one read for the three columns).
+    (SELECT ARRAY[r.name, r.input::text, r.trace::text]
+     FROM __schema__.cyclone_runs r WHERE r.id = t.run_id) AS run,
+    (SELECT jsonb_object_agg(e.parent, s.output)::text
+     FROM __schema__.cyclone_edges e
+     JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
+     WHERE e.run_id = t.run_id AND e.child = t.node) AS deps
+
 -- name: task_claim(queue, kinds, limit, lease, worker, workflows)
 -- Claim up to :limit available tasks of one queue for kinds this worker serves. SKIP LOCKED
 -- lets workers claim side by side; a sequenced task is claimable only in its turn
@@ -196,21 +216,7 @@ WITH async_commit AS (
     ORDER BY p.rank, p.turn
     LIMIT (SELECT n FROM allow)
 ), claimed AS (
-    UPDATE __schema__.cyclone_tasks t
-    SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
-        lease_until = __now__ + make_interval(secs => :lease), worker = :worker,
-        started_at = __now__
-    FROM chosen, async_commit
-    WHERE t.run_id = chosen.run_id AND t.id = chosen.id
-      AND t.run_id = ANY (ARRAY(SELECT run_id FROM chosen))
-    RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims, t.group_key,
-        -- The claimed tasks' runs, by key again (one read for the three columns).
-        (SELECT ARRAY[r.name, r.input::text, r.trace::text]
-         FROM __schema__.cyclone_runs r WHERE r.id = t.run_id) AS run,
-        (SELECT jsonb_object_agg(e.parent, s.output)::text
-         FROM __schema__.cyclone_edges e
-         JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
-         WHERE e.run_id = t.run_id AND e.child = t.node) AS deps
+    /* fragment: claim_chosen */
 ), counted AS (  -- a limited queue's row: a new version, the bucket less what started
     UPDATE __schema__.cyclone_queues q
     SET version = q.version + 1, refilled_at = __now__,
@@ -290,7 +296,7 @@ WITH async_commit AS (
             SELECT t.group_key FROM __schema__.cyclone_tasks t
             WHERE t.state = 'available' AND t.queue = :queue AND t.group_key > ''
             ORDER BY t.group_key LIMIT 1) IS NULL AS ok
-), picked AS MATERIALIZED (
+), chosen AS MATERIALIZED (
     SELECT c.run_id, c.id FROM (
         SELECT t.run_id, t.id
         FROM __schema__.cyclone_tasks t
@@ -306,20 +312,7 @@ WITH async_commit AS (
     ) c
     LIMIT (SELECT :limit::int)
 ), claimed AS (
-    UPDATE __schema__.cyclone_tasks t
-    SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
-        lease_until = __now__ + make_interval(secs => :lease), worker = :worker,
-        started_at = __now__
-    FROM picked, async_commit
-    WHERE t.run_id = picked.run_id AND t.id = picked.id
-      AND t.run_id = ANY (ARRAY(SELECT run_id FROM picked))
-    RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims,
-        (SELECT ARRAY[r.name, r.input::text, r.trace::text]
-         FROM __schema__.cyclone_runs r WHERE r.id = t.run_id) AS run,
-        (SELECT jsonb_object_agg(e.parent, s.output)::text
-         FROM __schema__.cyclone_edges e
-         JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
-         WHERE e.run_id = t.run_id AND e.child = t.node) AS deps
+    /* fragment: claim_chosen */
 )
 SELECT id, run_id, node, kind, attempt, max_attempts, claims,
     run[1] AS name, run[2] AS input, run[3] AS trace, deps
