@@ -160,8 +160,8 @@ class Database:
 
 class Held:
     """Pool connections that one loop of Cyclone's own statements (a producer's claims, the
-    completer's batches) keeps between its uses, so that uses in a row pay no pool release
-    and no reset round trip, up to ``keep`` of them at once.
+    completer's batches, the publisher's background NOTIFYs) keeps between its uses, so that
+    uses in a row pay no pool release and no reset round trip, up to ``keep`` of them at once.
 
     The same rule as :meth:`Database.borrow`: only for statements that leave no session state
     behind. A use takes a kept connection or, when none is kept, one from the pool. At its end
@@ -216,6 +216,10 @@ class Held:
     def release(self) -> None:
         """Give back the kept connections (the loop stopped); later uses keep none."""
         self._released = True
+        self.give_back()
+
+    def give_back(self) -> None:
+        """Give back the kept connections now; later uses may keep theirs again."""
         while self._kept:
             self._give_back(self._kept.pop())
 

@@ -8,7 +8,9 @@ NOTIFY is a durable commit of its own, and under load one would otherwise follow
 batch. An insert that commits on its own may carry its NOTIFY in its own statement instead
 (:meth:`Publisher.carrying`), one at a time. This process's own listeners (an embedded
 worker, run waiters) get each statement's payloads as it is sent, not when the server sends
-them back (:meth:`cyclone._notifier.Notifier.ahead`).
+them back (:meth:`cyclone._notifier.Notifier.ahead`). The background flushes keep their
+connection from one NOTIFY to the next (:class:`cyclone._database.Held`), until
+:meth:`Publisher.settle` when a worker stops.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import math
 from collections.abc import Iterable, Iterator
 
 from cyclone import _queries as db
-from cyclone._database import Database
+from cyclone._database import Database, Held
 from cyclone._errors import InvalidStateError
 from cyclone._loops import wait_woken
 from cyclone._notifier import Notifier, queue_payload, run_payloads
@@ -56,6 +58,10 @@ class Publisher:
         self._flush_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._notifying = 0  # inserts in flight that carry their own NOTIFY
+        # The background flushes' connection, kept from one NOTIFY to the next: under load a
+        # worker's run ends go out every ENDS_LAG, and giving a connection back to the pool
+        # after each would cost a reset round trip each time.
+        self._connection = Held(database)
 
     def publish(self, payloads: Iterable[str], *, ends: Iterable[str] = ()) -> None:
         """Send ``payloads`` soon, without waiting: at most one NOTIFY statement is in flight,
@@ -133,6 +139,17 @@ class Publisher:
             await asyncio.shield(self._flush_task)
         while self._pending:
             await self._flush()
+        self._connection.release()
+
+    async def settle(self, timeout: float) -> None:
+        """Send the run ends waiting for company now (waiting up to ``timeout`` seconds for
+        that), and give back the connection the background flushes keep: a worker stopped,
+        and none of its connections stays taken."""
+        task = self._flush_task
+        if task is not None and not task.done():
+            self._due.set()
+            await asyncio.wait([task], timeout=timeout)  # not cancelled after that: sent later
+        self._connection.give_back()
 
     async def _flush_soon(self) -> None:
         # Every batch waits out its window, also those that gathered while the last NOTIFY
@@ -146,16 +163,19 @@ class Publisher:
                 lag = self._sent_at + ENDS_LAG - loop.time()
                 if lag > 0:
                     await wait_woken(self._due, lag)
-            await self._flush()
+            await self._flush(held=True)
 
-    async def _flush(self) -> None:
+    async def _flush(self, *, held: bool = False) -> None:
         payloads, self._pending = sorted(self._pending), set()
         self._due.clear()
         self._sent_at = asyncio.get_running_loop().time()
-        await self.send(payloads)
+        await self.send(payloads, held=held)
 
-    async def send(self, payloads: list[str], conn: db.Conn | None = None) -> None:
-        """One NOTIFY statement for ``payloads`` now, on ``conn`` or on a pooled connection.
+    async def send(
+        self, payloads: list[str], conn: db.Conn | None = None, *, held: bool = False
+    ) -> None:
+        """One NOTIFY statement for ``payloads`` now: on ``conn``; else, with ``held``, on
+        the connection the background flushes keep; else on a pooled connection.
 
         A failure is logged, never raised: polling picks the work up.
         """
@@ -165,11 +185,14 @@ class Publisher:
         # The work is committed: this process's listeners need not wait for the round trip.
         ahead = self.notifier is not None and self.notifier.ahead(payloads)
         try:
-            if conn is None:
+            if conn is not None:
+                await db.wakeup_notify(conn, q, self.channel, payloads)
+            elif held:
+                async with self._connection.use() as kept:
+                    await db.wakeup_notify(kept, q, self.channel, payloads)
+            else:
                 async with self.database.borrow() as pooled:
                     await db.wakeup_notify(pooled, q, self.channel, payloads)
-            else:
-                await db.wakeup_notify(conn, q, self.channel, payloads)
         except BaseException as exc:
             if ahead and self.notifier is not None:  # sent or not: let a notification through
                 self.notifier.not_sent(payloads)

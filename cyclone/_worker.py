@@ -254,6 +254,7 @@ class Worker(AsyncResource):
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self._completer.stop()
+        await self._services.publisher.settle(deadline)  # its last run ends, their connection
         if self._unsubscribe is not None and self._services.notifier is not None:
             self._unsubscribe()
             await self._services.notifier.release()

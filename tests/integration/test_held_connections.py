@@ -6,18 +6,21 @@ them, and replaced, never reused, when the server ends them, with no job lost or
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import asyncpg
 import pytest
 
 import cyclone
 from cyclone._database import Database, Held
+from cyclone._transitions import Effects
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
 
 probe = Probe()
 LONG = 3600.0  # a hold no test outlasts: what is given back is given back for another reason
 JOBS = 40
+FLUSHES = 5
 
 
 @cyclone.step("held.record", queue="held")
@@ -183,3 +186,34 @@ async def test_a_stopped_worker_holds_no_connection(env: CycloneEnv) -> None:
         await asyncio.wait_for(worker.drain(), 60)
     await client.services.database.aclose()  # the releases in flight are done
     assert env.pool.get_idle_size() == env.pool.get_size()
+
+
+async def test_run_ends_announced_one_after_another_keep_their_connection(
+    env: CycloneEnv,
+) -> None:
+    # Under load a worker's run ends go out every ENDS_LAG, each NOTIFY after the last one's
+    # lag: a pool acquire (and reset) for each was a round trip for nothing. Acquires are
+    # counted by the pool's own setup hook.
+    acquires = 0
+
+    async def counted(conn: asyncpg.Connection) -> None:
+        nonlocal acquires
+        acquires += 1
+
+    notified: asyncio.Queue[str] = asyncio.Queue()
+    listener = await asyncpg.connect(env.dsn)
+    async with asyncpg.create_pool(env.dsn, min_size=2, max_size=4, setup=counted) as pool:
+        client = cyclone.Client(pool)
+        publisher = client.services.publisher
+        await listener.add_listener(publisher.channel, lambda *a: notified.put_nowait(a[3]))
+        for _ in range(FLUSHES):
+            ended = uuid.uuid4()
+            publisher.announce(Effects(ended={ended}))  # goes out ENDS_LAG after the last
+            assert await asyncio.wait_for(notified.get(), 30) == f"r:{ended}"
+        # One, or one more for each HOLD the test took (a machine too busy to keep up);
+        # one for each NOTIFY when each takes a connection from the pool.
+        assert acquires < FLUSHES
+        await publisher.settle(30)  # what a worker that stops does: it gives the connection back
+        await client.aclose()  # the release in flight is done
+        assert pool.get_idle_size() == pool.get_size()
+    await listener.close()
