@@ -70,9 +70,11 @@ class Firing:
                 fired: list[tuple[str, float]] = []
                 for row in rows:
                     fired.extend(await self._fire(ttx, row))
+            # Reported as committed, before the wakeups go out: a worker in this process may
+            # run (and its owner stop on) a slot's job as soon as its wakeup is handed over.
+            for name, lag in fired:
+                self.client.observers.schedule_fired(name, lag)
             await services.publisher.committed(wakeups, conn)
-        for name, lag in fired:
-            self.client.observers.schedule_fired(name, lag)
         return len(rows)
 
     async def _fire(self, ttx: TrackedConnection, row: db.Record) -> list[tuple[str, float]]:
