@@ -5,11 +5,14 @@ uses no flow control, more cheaply; for a queue that does, nothing, and a word t
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 import cyclone
+from cyclone import _producer
 from cyclone import _queries as db
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
@@ -54,11 +57,11 @@ async def test_it_claims_in_the_order_the_full_claim_would(env: CycloneEnv) -> N
     await noop.enqueue_many(client, [10, 11], priority=5)
     await noop.enqueue_many(client, [20], process_in=3600.0, priority=9)  # not due
     await other.enqueue_many(client, [30], priority=9)  # a kind not asked for
-    claimed: list[int] = []
+    batches: list[set[int]] = []  # the order within one batch is the UPDATE's, not the claim's
     while rows := await claim_plain(env, 3, [noop.name]):
         assert not rows.declined and len(rows) <= 3
-        claimed += [int(r["input"]) for r in rows]
-    assert claimed == [10, 11, 0, 1, 2, 3, 4, 5]
+        batches.append({int(r["input"]) for r in rows})
+    assert batches == [{10, 11, 0}, {1, 2, 3}, {4, 5}]
     assert await available(env) == 2
 
 
@@ -72,6 +75,42 @@ async def test_a_sequence_and_a_finished_run_are_respected(env: CycloneEnv) -> N
     assert [int(r["input"]) for r in rows] == [1]
 
 
+async def claimed_by(env: CycloneEnv, claim: str, limit: int, kinds: list[str]) -> list[int]:
+    """The task ids a claim takes, in a transaction rolled back after it."""
+    take = db.task_claim if claim == "full" else db.task_claim_plain
+    async with env.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            rows = await take(conn, env.client.queries, "plain", kinds, limit, 30.0, "w", [])
+        finally:
+            await tx.rollback()
+    assert not rows.held and not rows.declined
+    return sorted(r["id"] for r in rows)
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_it_takes_the_tasks_the_full_claim_takes(env: CycloneEnv, seed: int) -> None:
+    """Mixed backlogs (priorities, tasks not yet due, sequences, cancelled runs, two kinds):
+    for every limit and set of kinds, the same tasks as task_claim."""
+    rnd = random.Random(seed)
+    for i in range(40):
+        options: dict[str, Any] = {}
+        if rnd.random() < 0.3:
+            options["priority"] = rnd.randint(0, 3)
+        if rnd.random() < 0.2:
+            options["process_in"] = 3600.0
+        if rnd.random() < 0.2:
+            options["sequence"] = rnd.choice(["s1", "s2"])
+        [run] = await rnd.choice([noop, other]).enqueue_many(env.client, [i], **options)
+        if rnd.random() < 0.1:
+            await run.cancel()
+    for limit in (1, 3, 7, 50):
+        for kinds in ([noop.name], [noop.name, other.name]):
+            full = await claimed_by(env, "full", limit, kinds)
+            assert full == await claimed_by(env, "plain", limit, kinds), (limit, kinds)
+
+
 SETUPS: dict[str, Callable[[cyclone.Client], Awaitable[object]]] = {
     "paused": lambda c: c.queues.pause("plain", create=True),
     "a concurrency limit": lambda c: c.queues.set_limits("plain", concurrency=5, create=True),
@@ -80,6 +119,11 @@ SETUPS: dict[str, Callable[[cyclone.Client], Awaitable[object]]] = {
     "a key rate": lambda c: c.queues.set_limits("plain", key_rate=2, key_per=1.0, create=True),
     "a limited kind": lambda c: c.queues.set_kind_limits(noop.name, concurrency=5),
     "keyed work": lambda c: noop.enqueue_many(c, [100], group="tenant"),
+    # The full claim rotates across the keys, whatever their kind or due time.
+    "keyed work of a kind not served": lambda c: other.enqueue_many(c, [100], group="tenant"),
+    "keyed work not yet due": lambda c: noop.enqueue_many(
+        c, [100], group="tenant", process_in=3600.0
+    ),
 }
 
 
@@ -117,11 +161,19 @@ async def last_claims(env: CycloneEnv) -> set[str]:
     return {r["name"] for r in rows if r["name"]}
 
 
+async def until_last_claim(env: CycloneEnv, name: str) -> None:
+    async with asyncio.timeout(60):  # the next polls' claims: observed, not slept on
+        while name not in await last_claims(env):  # noqa: ASYNC110 - another session's state
+            await asyncio.sleep(0.02)
+
+
 async def test_a_worker_claims_plainly_until_a_limit_is_set_and_then_obeys_it(
-    env: CycloneEnv,
+    env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker on an unlimited queue sends the plain claim; once the queue is limited, the
-    plain claim declines and the full one claims, within the limit."""
+    plain claim declines and the full one claims, within the limit; once the limit is
+    cleared, the plain claim is back after PLAIN_RETRY."""
+    monkeypatch.setattr(_producer, "PLAIN_RETRY", 0.5)
     client = env.client
     async with fast_worker(client, steps=[noop, other], queues={"plain": 8}) as worker:
         await noop.enqueue_many(client, list(range(20)))
@@ -129,10 +181,18 @@ async def test_a_worker_claims_plainly_until_a_limit_is_set_and_then_obeys_it(
         assert await last_claims(env) == {"task_claim_plain"}
         await client.queues.pause("plain")
         await noop.enqueue_many(client, list(range(20, 30)))
-        async with asyncio.timeout(60):  # the next poll's claims: observed, not slept on
-            while "task_claim" not in await last_claims(env):  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
+        await until_last_claim(env, "task_claim")
         assert await available(env) == 10  # paused: nothing started
+        await client.queues.set_limits("plain", concurrency=1)
         await client.queues.resume("plain")
+        async with asyncio.timeout(60):
+            while await available(env):
+                running = await env.pool.fetchval(
+                    "SELECT count(*) FROM cyclone_tasks WHERE state = 'running'"
+                )
+                assert running <= 1  # the full claim obeys the limit
+                await asyncio.sleep(0.01)
         await asyncio.wait_for(worker.drain(), 60)
+        await client.queues.set_limits("plain")  # cleared
+        await until_last_claim(env, "task_claim_plain")
     assert sorted(probe.calls) == list(range(30))
