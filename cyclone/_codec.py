@@ -73,25 +73,16 @@ def _encoded_array(values: Sequence[object], tp: Any, what: str, limit: int) -> 
     if b"null" in data and _has_non_finite(values):  # msgspec writes NaN and inf as null
         raise InvalidInputError(f"{what} contains a NaN or infinite float, which JSON cannot carry")
     if len(data) > limit:  # the batch is larger than one value may be: look at each
-        for item in _split(data):
+        for item in msgspec.json.decode(data, type=list[msgspec.Raw]):
             if len(item) > limit:
                 raise PayloadTooLargeError(what, len(item), limit)
     return data
-
-
-def _split(data: bytes | str) -> list[msgspec.Raw]:
-    return msgspec.json.decode(data, type=list[msgspec.Raw])
 
 
 def encode_array(values: Sequence[object], tp: Any, *, what: str, limit: int) -> str:
     """Encode the values (each declared as ``tp``) as the text of one JSON array, checking
     type, NUL and each value's size; the statement splits it (``jsonb_array_elements``)."""
     return _encoded_array(values, tp, what, limit).decode("utf-8")
-
-
-def split_array(text: str) -> list[str]:
-    """The JSON text of each element of a JSON array text (:func:`encode_array`'s)."""
-    return [bytes(item).decode("utf-8") for item in _split(text)]
 
 
 def _has_non_finite(value: object) -> bool:

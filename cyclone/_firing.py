@@ -170,7 +170,7 @@ class Firing:
             priority=kind.priority,
             max_attempts=kind.max_attempts,
             ids=plan.ids,
-            inputs=_codec.split_array(plan.encoded),
+            inputs=plan.encoded,
             keys=[k for k, _ in values],
         )
         if inserted:

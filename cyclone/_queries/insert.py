@@ -36,9 +36,8 @@ async def job_insert_many(
     """Insert standalone jobs; return how many were inserted (0: a unique key was held).
 
     ``inputs`` is one JSON array text, an element per id. A unique key goes with exactly one
-    job. ``notify`` (channel, payload) is sent by the same
-    statement, so only when the statement commits on its own (autocommit). ``group``: the
-    jobs' group key (flow control).
+    job. ``notify`` (channel, payload) is sent by the same statement, so only when the
+    statement commits on its own (autocommit). ``group``: the jobs' group key (flow control).
     """
     channel, payload = notify or (None, None)
     job: dict[str, object] = {

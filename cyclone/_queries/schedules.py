@@ -95,10 +95,11 @@ async def schedule_job_insert_many(
     priority: int,
     max_attempts: int,
     ids: Sequence[uuid.UUID],
-    inputs: Sequence[str],
+    inputs: str,
     keys: Sequence[str],
 ) -> list[Record]:
-    """Insert keyed jobs; returns (id, key) of those inserted (a taken key inserts nothing)."""
+    """Insert keyed jobs (``inputs`` one JSON array text, an element per key); returns
+    (id, key) of those inserted (a taken key inserts nothing)."""
     return await fetch(
         conn,
         q,

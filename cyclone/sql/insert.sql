@@ -70,7 +70,8 @@ FROM (SELECT count(*)::int AS n FROM run) c;
 -- name: job_insert_unique(id, inputs, kind, queue, priority, process_at, max_attempts, sequence,
 --     deadline, trace, channel, payload, unique_key)
 -- One standalone job with a :unique_key (the rest as job_insert_many, for one job: :inputs
--- holds its input alone, and the wakeup only if it was inserted). A key held by an active run inserts nothing.
+-- holds its input alone, and the wakeup only if it was inserted). A key held by an active
+-- run inserts nothing.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,

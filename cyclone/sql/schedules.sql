@@ -67,13 +67,15 @@ LIMIT :limit
 FOR UPDATE OF s SKIP LOCKED;
 
 -- name: schedule_job_insert_many(kind, queue, priority, max_attempts, ids, inputs, keys)
--- Standalone jobs of one kind, one per slot key; a key that already has its run inserts
--- nothing (the same guarantee as submit_once: idx_runs_submit_key, in every run state).
+-- Standalone jobs of one kind, one per slot key (:inputs one JSON array, an element per
+-- key, as in job_insert_many); a key that already has its run inserts nothing (the same
+-- guarantee as submit_once: idx_runs_submit_key, in every run state).
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, key, nodes, remaining, priority, max_attempts)
-    SELECT i.id, :kind, true, i.input::jsonb, :queue, i.key, 1, 1, :priority, :max_attempts
-    FROM unnest(:ids::uuid[], :inputs::text[], :keys::text[]) AS i (id, input, key)
+    SELECT i.id, :kind, true, i.input, :queue, i.key, 1, 1, :priority, :max_attempts
+    FROM ROWS FROM (unnest(:ids::uuid[]), jsonb_array_elements(:inputs::jsonb),
+                    unnest(:keys::text[])) AS i (id, input, key)
     /* fragment: submit_key_taken */
     RETURNING r.id, r.key
 ), task AS (
