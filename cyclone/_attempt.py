@@ -223,7 +223,10 @@ class Snoozed(Ended):
 
 @dataclass(frozen=True, slots=True)
 class HandedBack(Ended):
-    """Shutdown cancelled the handler: the task is available again at once, attempt refunded."""
+    """Shutdown cancelled the handler (or came before a task claimed ahead started): the task
+    is available again at once, attempt refunded."""
+
+    started: bool = True  # False: claimed ahead, its handler never ran
 
 
 @dataclass(frozen=True, slots=True)

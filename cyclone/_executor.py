@@ -262,7 +262,8 @@ class Executor:
             else:
                 logger.warning("%s snoozed; not rescheduled: %s", c, _NOT_OWNED, extra=log)
         elif isinstance(outcome, HandedBack):
+            what = "interrupted by shutdown" if outcome.started else "claimed ahead, not started"
             if accepted:
-                logger.info("%s interrupted by shutdown; handed back to its queue", c, extra=log)
+                logger.info("%s %s; handed back to its queue", c, what, extra=log)
             else:
-                logger.info("%s interrupted by shutdown; %s", c, _NOT_OWNED, extra=log)
+                logger.info("%s %s; %s", c, what, _NOT_OWNED, extra=log)

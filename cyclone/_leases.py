@@ -81,8 +81,14 @@ class LeaseKeeper:
 
     def hurry(self) -> None:
         """Cancel the handlers still running; their attempts are handed back."""
-        for held in list(self._held.values()):
-            if held.reason is None and not held.finishing:
+        self.hand_back([h.claimed for h in self._held.values()])
+
+    def hand_back(self, attempts: list[Claimed]) -> None:
+        """Cancel these attempts (running, or claimed ahead and waiting) for shutdown: they
+        are handed back."""
+        for claimed in attempts:
+            held = self._held.get(claimed.key)
+            if held is not None and held.reason is None and not held.finishing:
                 held.reason = "shutdown"
                 held.task.cancel()
 

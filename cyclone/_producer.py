@@ -10,6 +10,15 @@ claims, so a slow database slows claiming instead of piling up outcomes.
 A slot is taken from claim until the handler returns (or, when it opened a completion
 transaction, until that commits with its completion); the outcome is then written by the
 completer while the slot runs another attempt.
+
+Claiming ahead: while the queue's handlers are short (their recent mean under
+``AHEAD_BELOW``) and it uses no flow control, a claim (one at a time) may also take tasks
+for which no slot is free yet: at most one per slot, up to a claim of ``AHEAD_UPTO``
+(``most_ahead``). Each waits for the next slot freed, first claimed first, its lease kept
+like a running attempt's; no more than ``limit`` handlers ever run at once. Claims are
+larger, and the next one travels while the handlers run instead of after them. A task
+claimed ahead waits about one short handler's time; a stopping worker hands back at once
+those not started, and one whose task is lost meanwhile never starts.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import time
 from dataclasses import dataclass
 
 from cyclone import _queries as db
-from cyclone._attempt import Claimed, Completed, CompletionAborted, Lost, Outcome
+from cyclone._attempt import Claimed, Completed, CompletionAborted, HandedBack, Lost, Outcome
 from cyclone._completer import Completer
 from cyclone._database import Database, Held
 from cyclone._executor import Executor
@@ -33,9 +42,22 @@ logger = logging.getLogger("cyclone")
 # Claims of one queue in flight together: with more free slots than one claim takes
 # (claim_batch), the next claim runs while the last one's attempts start.
 CLAIMS_AT_ONCE = 2
+# Claiming ahead (see the module's docstring) while the mean handler time of the queue is
+# below this many seconds: a task claimed ahead waits for a slot about that long.
+AHEAD_BELOW = 0.01
+# Claims ahead make a claim of up to this many tasks, at most one ahead per slot: larger
+# claims were measured no faster (a queue with this many slots claims nothing ahead).
+AHEAD_UPTO = 64
+# Weight of the latest handler time in that mean (an exponentially weighted one).
+_AHEAD_WEIGHT = 0.1
 # Once the plain claim declined (the queue uses flow control), claims are task_claim's for
 # this many seconds before the plain claim is tried again: a limit removed shows by then.
 PLAIN_RETRY = 5.0
+
+
+def most_ahead(slots: int) -> int:
+    """The most tasks a queue of ``slots`` slots claims ahead (see the module's docstring)."""
+    return max(0, min(slots, AHEAD_UPTO - slots))
 
 
 @dataclass(frozen=True)
@@ -81,7 +103,11 @@ class Producer:
         self._wake = asyncio.Event()
         self._stopping = False
         self._running = 0  # slots taken by attempts
-        self._reserved = 0  # slots held for the claims in flight
+        self._reserved = 0  # slots held for the claims in flight (and tasks claimed ahead)
+        # Attempts claimed ahead, each waiting for a slot, first claimed first; see _turn.
+        self._waiting: dict[asyncio.Future[None], Claimed] = {}
+        self._handler_time: float | None = None  # mean seconds per handler, once one ran
+        self._plain = False  # the last claim was the plain one: no flow control in use
         self._claims: set[asyncio.Task[None]] = set()  # in flight
         self._last_claim_full = False
         self._held_back = False  # the completer's buffer had no room at the last look
@@ -103,17 +129,31 @@ class Producer:
             self._wake.set()
 
     def stop(self) -> None:
-        """Stop claiming (attempts already started go on)."""
+        """Stop claiming (attempts already started go on; those claimed ahead and not
+        started are handed back)."""
         self._stopping = True
         self._wake.set()
+        self._leases.hand_back(list(self._waiting.values()))
 
-    def _room(self) -> int:
-        """How many tasks the next claim may take: free slots, bounded by the claim size and
-        by what the completer's buffer still takes."""
-        room = min(self.limit - self._running - self._reserved, self._claiming.claim_batch)
-        buffered = self._completer.room - self._reserved
+    def _ahead(self) -> int:
+        """How many tasks claims may take beyond the free slots (see the module's docstring)."""
+        short = self._handler_time is not None and self._handler_time < AHEAD_BELOW
+        # One claim at a time takes tasks ahead: a larger claim, not a second one (each
+        # claim's own cost is what a claim ahead saves).
+        alone = not self._claims and not self._stopping
+        return most_ahead(self.limit) if short and self._plain and alone else 0
+
+    def _room(self) -> tuple[int, int]:
+        """How many tasks the next claim may take, and how many of them would wait for a
+        slot: free slots (and the claim-ahead allowance), bounded by the claim size and by
+        what the completer's buffer still takes."""
+        taken = self._running + len(self._waiting) + self._reserved
+        free = max(0, self.limit - taken)
+        room = min(self.limit + self._ahead() - taken, self._claiming.claim_batch)
+        buffered = self._completer.room - self._reserved - len(self._waiting)
         self._held_back = buffered < room
-        return min(room, buffered)
+        room = min(room, buffered)
+        return room, max(0, room - free)
 
     async def run(self) -> None:
         """Claim until stopped; then wait for the claims in flight."""
@@ -133,11 +173,12 @@ class Producer:
             while len(self._claims) < CLAIMS_AT_ONCE and (
                 not self._claims or self._last_claim_full or self._claim_again()
             ):
-                room = self._room()
+                room, ahead = self._room()
                 if room <= 0:
                     break
                 self._reserved += room
-                task = loop.create_task(self._claim(room), name=f"cyclone-claim-{self.name}")
+                claim = self._claim(room, ahead)
+                task = loop.create_task(claim, name=f"cyclone-claim-{self.name}")
                 self._claims.add(task)
                 started = True
             # Woken while a claim was in flight that may have begun before the work it was
@@ -148,11 +189,11 @@ class Producer:
                 timeout = min(timeout, self._retry_in)
             await wait_woken(self._wake, timeout)
 
-    async def _claim(self, limit: int) -> None:
-        """Claim up to ``limit`` tasks (slots reserved by the caller) and start an attempt for
-        each."""
+    async def _claim(self, limit: int, ahead: int) -> None:
+        """Claim up to ``limit`` tasks (reserved by the caller; ``ahead`` of them beyond the
+        free slots) and start an attempt for each."""
         try:
-            await self._claim_and_start(limit)
+            await self._claim_and_start(limit, ahead)
         except db.DATABASE_ERRORS as exc:
             self._last_claim_full = False  # back off to the poll while it is down
             self._held = False
@@ -170,44 +211,63 @@ class Producer:
                 self._missed = False
                 self._wake.set()  # more is probably waiting: claim again
 
-    async def _claim_and_start(self, limit: int) -> None:
+    async def _claim_and_start(self, limit: int, ahead: int) -> None:
         started = time.perf_counter()
         async with self._connection.use() as conn:
-            rows = await self._take(conn, limit)
+            rows = await self._take(conn, limit, ahead)
             loop = asyncio.get_running_loop()
             for row in rows:
                 claimed = Claimed.from_row(row, queue=self.name, worker=self._claiming.worker_id)
-                self._running += 1
-                task = loop.create_task(self._attempt(claimed), name=f"cyclone-task-{claimed.id}")
+                turn: asyncio.Future[None] | None = None
+                if self._running < self.limit:
+                    self._running += 1
+                else:  # claimed ahead: it waits for a slot
+                    turn = loop.create_future()
+                    self._waiting[turn] = claimed
+                attempt = self._attempt(claimed, turn)
+                task = loop.create_task(attempt, name=f"cyclone-task-{claimed.id}")
                 self._leases.hold(claimed, task)
+                if turn is not None and self._stopping:
+                    self._leases.hand_back([claimed])
         self._observers.claimed(self.name, len(rows), time.perf_counter() - started)
         self._last_claim_full = len(rows) == limit
         self._held, self._retry_in = rows.held, rows.retry_in  # flow control
 
-    async def _take(self, conn: db.Conn, limit: int) -> db.ClaimedRows:
+    async def _take(self, conn: db.Conn, limit: int, ahead: int) -> db.ClaimedRows:
         """Claim up to ``limit`` tasks: by the plain claim while the queue uses no flow
-        control, by the full one (``task_claim``) while it does."""
+        control, by the full one (``task_claim``) while it does, which never claims ahead
+        (a limit counts tasks claimed ahead as running)."""
         c = self._claiming
-        args = (self.name, c.kinds, limit, c.lease, c.worker_id, c.workflows)
         q = self._database.queries
         loop = asyncio.get_running_loop()
         if loop.time() >= self._plain_at:
-            rows = await db.task_claim_plain(conn, q, *args)
-            if not rows.declined:
+            rows = await db.task_claim_plain(
+                conn, q, self.name, c.kinds, limit, c.lease, c.worker_id, c.workflows
+            )
+            self._plain = not rows.declined
+            if self._plain:
                 return rows
             self._plain_at = loop.time() + PLAIN_RETRY
-        return await db.task_claim(conn, q, *args)
+        if limit - ahead <= 0:
+            return db.ClaimedRows()
+        return await db.task_claim(
+            conn, q, self.name, c.kinds, limit - ahead, c.lease, c.worker_id, c.workflows
+        )
 
     def _claim_again(self) -> bool:
         """Flow control: the last claim was held back by a count already out of date."""
         return self._held and self._retry_in == 0
 
-    async def _attempt(self, claimed: Claimed) -> None:
-        """One attempt: run it in a slot, hand its outcome to the completer, report it."""
+    async def _attempt(self, claimed: Claimed, turn: asyncio.Future[None] | None) -> None:
+        """One attempt: (claimed ahead: wait for a slot) run it in a slot, hand its outcome
+        to the completer, report it."""
+        if turn is not None and not await self._turn(claimed, turn):
+            return
         started = time.perf_counter()
         slot = _Slot(self)
         try:
             outcome = await self._executor.run(claimed)
+            self._timed(time.perf_counter() - started)
             outcome, accepted = await self._write(outcome, slot)
         except asyncio.CancelledError:  # from outside: nothing written, the lease runs out
             self._executor.report(Lost(claimed), True, started)
@@ -243,9 +303,58 @@ class Producer:
         slot.free()
         return outcome, await verdict
 
+    async def _turn(self, claimed: Claimed, turn: asyncio.Future[None]) -> bool:
+        """Wait until a slot passes to this attempt claimed ahead; False if it is not to
+        run: a stopping worker handed it back (written here), or it lost its task."""
+        try:
+            await turn
+            return True
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.freed()  # the slot came as it was cancelled: on to the next one
+            else:
+                self._waiting.pop(turn, None)
+            reason = self._leases.reason(claimed)
+            if reason is None:  # from outside: as a running attempt cancelled so
+                self._leases.drop(claimed)
+                self._executor.report(Lost(claimed), True, time.perf_counter())
+                raise
+        outcome: Outcome = (
+            HandedBack(claimed, started=False) if reason == "shutdown" else Lost(claimed)
+        )
+        started = time.perf_counter()
+        try:
+            _, accepted = await self._write(outcome, _Slot(None))
+        except Exception as exc:  # as _attempt's: the lease runs out, it is reclaimed
+            logger.error(
+                "%s, claimed ahead: handing it back failed: %s: %s; the lease will run out",
+                claimed,
+                type(exc).__name__,
+                exc,
+                extra=claimed.log_fields(),
+            )
+            outcome, accepted = Lost(claimed), True
+        finally:
+            self._leases.drop(claimed)
+        self._executor.report(outcome, accepted, started)
+        return False
+
+    def _timed(self, seconds: float) -> None:
+        """A handler of this queue took ``seconds`` (with its input and output)."""
+        mean = self._handler_time
+        self._handler_time = seconds if mean is None else mean + _AHEAD_WEIGHT * (seconds - mean)
+
     def freed(self) -> None:
-        """One of this queue's attempts ended: its slot is free (via its :class:`_Slot`)."""
-        self._running -= 1
+        """One of this queue's attempts ended: its slot is free (via its :class:`_Slot`),
+        and passes to the first attempt claimed ahead, if one waits."""
+        while self._waiting:
+            turn = next(iter(self._waiting))
+            del self._waiting[turn]
+            if not turn.done():
+                turn.set_result(None)
+                break
+        else:
+            self._running -= 1
         if self._last_claim_full or self._held or self._stopping:
             self._wake.set()  # held by a limit: a slot this worker held is free now
 
@@ -255,7 +364,7 @@ class _Slot:
 
     __slots__ = ("_producer",)
 
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: Producer | None) -> None:
         self._producer: Producer | None = producer
 
     def free(self) -> None:

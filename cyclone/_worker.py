@@ -31,7 +31,7 @@ from cyclone._kinds import Step
 from cyclone._leases import LeaseKeeper
 from cyclone._loops import every
 from cyclone._options import seconds, validate_int, validate_queue
-from cyclone._producer import Claiming, Producer
+from cyclone._producer import Claiming, Producer, most_ahead
 from cyclone._resource import AsyncResource
 from cyclone._scheduler import Scheduler
 from cyclone._served import check_served
@@ -46,7 +46,8 @@ logger = logging.getLogger("cyclone")
 DEFAULT_CONCURRENCY = 10
 # A worker's presence row counts as live for this many heartbeats after its last write.
 PRESENCE_BEATS = 3
-# Outcomes that may wait unwritten, per slot of every queue, before claims hold back.
+# Outcomes that may wait unwritten, per slot of every queue (and per task a queue may claim
+# ahead), before claims hold back.
 UNWRITTEN_PER_SLOT = 2
 
 
@@ -137,7 +138,7 @@ class Worker(AsyncResource):
         self._completer = Completer(
             services.database,
             services.publisher,
-            bound=UNWRITTEN_PER_SLOT * sum(self._queues.values()),
+            bound=sum(UNWRITTEN_PER_SLOT * (n + most_ahead(n)) for n in self._queues.values()),
             on_written=self._room_made,
         )
         executor = Executor(

@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import cyclone
+from cyclone import _producer, _worker
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
 
@@ -83,23 +84,30 @@ async def test_a_slot_is_free_once_its_handler_returns(cyclone_env: CycloneEnv) 
 
 
 async def test_unwritten_outcomes_hold_back_claims(cyclone_env: CycloneEnv) -> None:
-    """One slot takes at most two unwritten outcomes: a third task stays in its queue while
-    the two completions wait, and runs once they are written."""
+    """One slot takes at most two unwritten outcomes per slot and per task it may claim
+    ahead (four): a fifth task stays in its queue while the four completions wait, and runs
+    once they are written."""
     probe.reset()
-    runs = [await quick.enqueue(cyclone_env.client, i) for i in range(3)]
+    bound = _worker.UNWRITTEN_PER_SLOT * (1 + _producer.most_ahead(1))
+    assert bound == 4
+    runs = [await quick.enqueue(cyclone_env.client, i) for i in range(bound + 1)]
     worker = fast_worker(cyclone_env.client, steps=[quick], queues={"pipe": 1})
     async with runs_locked(cyclone_env, runs) as release, worker:
         try:
-            await completions_waiting(cyclone_env, 2)  # two outcomes buffered, being written
+            await completions_waiting(cyclone_env, 1)  # the outcomes wait to be written
+            async with asyncio.timeout(30):
+                while len(probe.calls) < bound:
+                    probe.started.clear()
+                    await probe.started.wait()
             # Nothing to await for a claim that must not happen: give the producer polls
-            # (50 ms each) to take the third task if it were allowed to.
+            # (50 ms each) to take the last task if it were allowed to.
             await asyncio.sleep(0.5)
-            assert sorted(probe.calls) == [0, 1]
+            assert sorted(probe.calls) == list(range(bound))
         finally:
             await release()
         for i, run in enumerate(runs):
             assert await run.result(timeout=30) == i
-    assert sorted(probe.calls) == [0, 1, 2]
+    assert sorted(probe.calls) == list(range(bound + 1))
 
 
 @cyclone.step("pipe.typed", queue="pipe", max_attempts=5)

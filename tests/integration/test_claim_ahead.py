@@ -1,0 +1,194 @@
+"""Claiming ahead: a queue whose handlers are short claims up to one task per slot beyond
+its free slots, each waiting for a slot; no more handlers than slots ever run, a stopping
+worker hands back at once what it has not started, and a task lost while it waits never
+starts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+import cyclone
+from cyclone import _producer
+from cyclone.testing.plugin import CycloneEnv
+from tests.conftest import fast_worker
+
+SLOTS = 4
+BLOCKING = 100  # inputs from here on wait for the gate
+
+
+class Gate:
+    """Which inputs ran, how many handlers ran at once, and the gate blocking ones wait on."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.calls: list[int] = []
+        self.running = 0
+        self.most = 0
+        self.pause = 0.0  # seconds each handler below BLOCKING takes
+
+    async def enter(self, n: int) -> None:
+        self.calls.append(n)
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            if n >= BLOCKING:
+                await self.open.wait()
+            elif self.pause:
+                await asyncio.sleep(self.pause)
+        finally:
+            self.running -= 1
+
+
+gate = Gate()
+
+
+@cyclone.step("ahead.work", queue="ahead")
+async def work(ctx: cyclone.Context, n: int) -> int:
+    await gate.enter(n)
+    return n
+
+
+@pytest.fixture
+def env(cyclone_env: CycloneEnv) -> CycloneEnv:
+    global gate
+    gate = Gate()
+    return cyclone_env
+
+
+async def tasks(env: CycloneEnv, state: str, *, attempt: int | None = None) -> int:
+    n: int = await env.pool.fetchval(
+        "SELECT count(*) FROM cyclone_tasks WHERE state = $1 AND ($2::int IS NULL OR attempt = $2)",
+        state,
+        attempt,
+    )
+    return n
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Poll ``check`` until it holds (the database's or the handlers' state: no event)."""
+    try:
+        async with asyncio.timeout(60):
+            while not await check():  # noqa: ASYNC110 - state of other sessions and tasks
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"no {what} within 60 s") from None
+
+
+async def warmed_then_blocked(env: CycloneEnv, worker: cyclone.Worker) -> list[uuid.UUID]:
+    """Short handlers first (so the queue counts as short), then twice SLOTS blocking ones
+    in one enqueue; returns the blocking runs' ids once SLOTS of them run."""
+    await work.enqueue_many(env.client, list(range(2 * SLOTS)))
+    await asyncio.wait_for(worker.drain(), 60)
+    runs = await work.enqueue_many(env.client, list(range(BLOCKING, BLOCKING + 2 * SLOTS)))
+
+    async def slots_busy() -> bool:
+        return gate.running == SLOTS
+
+    await until(slots_busy, "every slot running a blocking handler")
+    return [r.id for r in runs]
+
+
+async def test_short_handlers_claim_ahead_and_never_run_more_than_their_slots(
+    env: CycloneEnv,
+) -> None:
+    async with fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}) as worker:
+        await warmed_then_blocked(env, worker)
+
+        async def claimed_ahead() -> bool:
+            return await tasks(env, "running") == 2 * SLOTS
+
+        # One task ahead per slot: leased, counted as running, not started.
+        await until(claimed_ahead, "the tasks claimed ahead")
+        assert gate.running == SLOTS
+        gate.open.set()
+        await asyncio.wait_for(worker.drain(), 60)
+    assert gate.most == SLOTS
+    assert sorted(gate.calls) == list(range(2 * SLOTS)) + list(
+        range(BLOCKING, BLOCKING + 2 * SLOTS)
+    )
+
+
+async def test_long_handlers_claim_nothing_ahead(
+    env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_producer, "AHEAD_BELOW", 0.01)
+    gate.pause = 0.05  # each warm-up handler takes longer than AHEAD_BELOW
+    async with fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}) as worker:
+        await warmed_then_blocked(env, worker)
+        # A negative: no event tells that a claim ahead did not happen, so give the worker
+        # a few polls (and wakeups) to make one.
+        await asyncio.sleep(0.5)
+        assert await tasks(env, "running") == SLOTS
+        assert await tasks(env, "available") == SLOTS
+        gate.open.set()
+        await asyncio.wait_for(worker.drain(), 60)
+    assert gate.most == SLOTS
+
+
+async def test_a_stopping_worker_hands_back_at_once_what_it_claimed_ahead(
+    env: CycloneEnv,
+) -> None:
+    worker = fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}, shutdown_timeout=60)
+    await worker.start()
+    try:
+        await warmed_then_blocked(env, worker)
+
+        async def claimed_ahead() -> bool:
+            return await tasks(env, "running") == 2 * SLOTS
+
+        await until(claimed_ahead, "the tasks claimed ahead")
+        stopping = asyncio.create_task(worker.stop())
+
+        async def handed_back() -> bool:  # available again, their attempt refunded
+            return await tasks(env, "available", attempt=0) == SLOTS
+
+        await until(handed_back, "the tasks claimed ahead handed back")
+        # ...while the handlers that started still run, within the shutdown timeout.
+        assert await tasks(env, "running") == SLOTS
+        assert gate.running == SLOTS
+        assert not stopping.done()
+        gate.open.set()
+        await asyncio.wait_for(stopping, 60)
+    finally:
+        gate.open.set()
+        await worker.stop()
+    started = [n for n in gate.calls if n >= BLOCKING]
+    assert len(started) == SLOTS  # the others never ran here
+    assert await tasks(env, "available", attempt=0) == SLOTS
+    assert await tasks(env, "running") == 0
+
+
+async def test_a_task_claimed_ahead_whose_run_is_cancelled_never_starts(
+    env: CycloneEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cyclone")
+    async with fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}) as worker:
+        runs = await warmed_then_blocked(env, worker)
+
+        async def claimed_ahead() -> bool:
+            return await tasks(env, "running") == 2 * SLOTS
+
+        await until(claimed_ahead, "the tasks claimed ahead")
+        started = {n - BLOCKING for n in gate.calls if n >= BLOCKING}
+        waiting = next(i for i in range(2 * SLOTS) if i not in started)
+        assert await (await env.client.get_run(runs[waiting])).cancel()
+
+        async def dropped() -> bool:  # the heartbeat found its task gone
+            return any("its run is cancelled" in r.getMessage() for r in caplog.records)
+
+        await until(dropped, "the lease keeper dropping the cancelled task")
+        gate.open.set()
+        await asyncio.wait_for(worker.drain(), 60)
+        # The worker goes on: more work runs in the slot the cancelled task never took.
+        await work.enqueue(env.client, 1)
+        await asyncio.wait_for(worker.drain(), 60)
+    assert BLOCKING + waiting not in gate.calls
+    assert sorted(n for n in gate.calls if n >= BLOCKING) == sorted(
+        BLOCKING + i for i in range(2 * SLOTS) if i != waiting
+    )
+    assert gate.most == SLOTS
