@@ -26,7 +26,7 @@ logger = logging.getLogger("cyclone")
 class _Held:
     claimed: Claimed
     task: asyncio.Task[None]
-    reason: str | None = None  # why we cancelled its handler: "lost", "shutdown"
+    reason: str | None = None  # why we cancelled it: "lost", "shutdown", "overdue"
     finishing: bool = False  # its handler is over: its task must not be cancelled
 
 
@@ -83,13 +83,13 @@ class LeaseKeeper:
         """Cancel the handlers still running; their attempts are handed back."""
         self.hand_back([h.claimed for h in self._held.values()])
 
-    def hand_back(self, attempts: list[Claimed]) -> None:
-        """Cancel these attempts (running, or claimed ahead and waiting) for shutdown: they
-        are handed back."""
+    def hand_back(self, attempts: list[Claimed], *, reason: str = "shutdown") -> None:
+        """Cancel these attempts (running, or claimed ahead and waiting) so that they are
+        handed back: for shutdown, or ("overdue") claimed ahead and waiting too long."""
         for claimed in attempts:
             held = self._held.get(claimed.key)
             if held is not None and held.reason is None and not held.finishing:
-                held.reason = "shutdown"
+                held.reason = reason
                 held.task.cancel()
 
     async def run(self) -> None:

@@ -13,12 +13,13 @@ completer while the slot runs another attempt.
 
 Claiming ahead: while the queue's handlers are short (their recent mean under
 ``AHEAD_BELOW``) and it uses no flow control, a claim (one at a time) may also take tasks
-for which no slot is free yet: at most one per slot, up to a claim of ``AHEAD_UPTO``
-(``most_ahead``). Each waits for the next slot freed, first claimed first, its lease kept
-like a running attempt's; no more than ``limit`` handlers ever run at once. Claims are
-larger, and the next one travels while the handlers run instead of after them. A task
-claimed ahead waits about one short handler's time; a stopping worker hands back at once
-those not started, and one whose task is lost meanwhile never starts.
+for which no slot is free yet: at most ``AHEAD_PER_SLOT`` per slot, up to a claim of
+``AHEAD_UPTO`` (``most_ahead``). Each waits for the next slot freed, first claimed
+first, its lease kept like a running attempt's; no more than ``limit`` handlers ever run at
+once. Claims are larger, and the next one travels while the handlers run instead of after
+them. A task claimed ahead waits a few short handlers' time, and goes back to its queue
+after ``AHEAD_WAIT``; a stopping worker hands back at once those not started, and one whose
+task is lost meanwhile never starts.
 """
 
 from __future__ import annotations
@@ -43,11 +44,18 @@ logger = logging.getLogger("cyclone")
 # (claim_batch), the next claim runs while the last one's attempts start.
 CLAIMS_AT_ONCE = 2
 # Claiming ahead (see the module's docstring) while the mean handler time of the queue is
-# below this many seconds: a task claimed ahead waits for a slot about that long.
+# below this many seconds: a task claimed ahead waits for a slot a few times that long.
 AHEAD_BELOW = 0.01
-# Claims ahead make a claim of up to this many tasks, at most one ahead per slot: larger
-# claims were measured no faster (a queue with this many slots claims nothing ahead).
+# Claims ahead make a claim of up to this many tasks, at most AHEAD_PER_SLOT ahead per
+# slot: larger claims were measured no faster (a queue with this many slots claims nothing
+# ahead). Three per slot drained no-op jobs at concurrency 8 1.9 times as fast as none,
+# one per slot 1.5 times.
 AHEAD_UPTO = 64
+AHEAD_PER_SLOT = 3
+# A task claimed ahead that waited this many seconds for a slot goes back to its queue (its
+# queue's handlers were not short after all), and the queue claims nothing ahead until they
+# are again.
+AHEAD_WAIT = 1.0
 # Weight of the latest handler time in that mean (an exponentially weighted one).
 _AHEAD_WEIGHT = 0.1
 # Once the plain claim declined (the queue uses flow control), claims are task_claim's for
@@ -57,7 +65,7 @@ PLAIN_RETRY = 5.0
 
 def most_ahead(slots: int) -> int:
     """The most tasks a queue of ``slots`` slots claims ahead (see the module's docstring)."""
-    return max(0, min(slots, AHEAD_UPTO - slots))
+    return max(0, min(AHEAD_PER_SLOT * slots, AHEAD_UPTO - slots))
 
 
 @dataclass(frozen=True)
@@ -216,6 +224,7 @@ class Producer:
         async with self._connection.use() as conn:
             rows = await self._take(conn, limit, ahead)
             loop = asyncio.get_running_loop()
+            turns: list[asyncio.Future[None]] = []
             for row in rows:
                 claimed = Claimed.from_row(row, queue=self.name, worker=self._claiming.worker_id)
                 turn: asyncio.Future[None] | None = None
@@ -224,11 +233,14 @@ class Producer:
                 else:  # claimed ahead: it waits for a slot
                     turn = loop.create_future()
                     self._waiting[turn] = claimed
+                    turns.append(turn)
                 attempt = self._attempt(claimed, turn)
                 task = loop.create_task(attempt, name=f"cyclone-task-{claimed.id}")
                 self._leases.hold(claimed, task)
-                if turn is not None and self._stopping:
-                    self._leases.hand_back([claimed])
+            if turns and self._stopping:
+                self._leases.hand_back([self._waiting[t] for t in turns])
+            elif turns:
+                loop.call_later(AHEAD_WAIT, self._overdue, turns)
         self._observers.claimed(self.name, len(rows), time.perf_counter() - started)
         self._last_claim_full = len(rows) == limit
         self._held, self._retry_in = rows.held, rows.retry_in  # flow control
@@ -305,7 +317,8 @@ class Producer:
 
     async def _turn(self, claimed: Claimed, turn: asyncio.Future[None]) -> bool:
         """Wait until a slot passes to this attempt claimed ahead; False if it is not to
-        run: a stopping worker handed it back (written here), or it lost its task."""
+        run: it was handed back (written here: a stopping worker, or a wait longer than
+        AHEAD_WAIT), or it lost its task."""
         try:
             await turn
             return True
@@ -319,9 +332,8 @@ class Producer:
                 self._leases.drop(claimed)
                 self._executor.report(Lost(claimed), True, time.perf_counter())
                 raise
-        outcome: Outcome = (
-            HandedBack(claimed, started=False) if reason == "shutdown" else Lost(claimed)
-        )
+        # Handed back (by a stopping worker, or after AHEAD_WAIT), or lost.
+        outcome: Outcome = Lost(claimed) if reason == "lost" else HandedBack(claimed, started=False)
         started = time.perf_counter()
         try:
             _, accepted = await self._write(outcome, _Slot(None))
@@ -338,6 +350,14 @@ class Producer:
             self._leases.drop(claimed)
         self._executor.report(outcome, accepted, started)
         return False
+
+    def _overdue(self, turns: list[asyncio.Future[None]]) -> None:
+        """Hand back those of a claim's tasks claimed ahead that still wait for a slot after
+        AHEAD_WAIT: the handlers in the slots took at least that long."""
+        late = [self._waiting[t] for t in turns if t in self._waiting]
+        if late:
+            self._timed(AHEAD_WAIT)
+            self._leases.hand_back(late, reason="overdue")
 
     def _timed(self, seconds: float) -> None:
         """A handler of this queue took ``seconds`` (with its input and output)."""

@@ -1,7 +1,7 @@
 """Claiming ahead: a queue whose handlers are short claims up to one task per slot beyond
 its free slots, each waiting for a slot; no more handlers than slots ever run, a stopping
-worker hands back at once what it has not started, and a task lost while it waits never
-starts."""
+worker hands back at once what it has not started, a task waiting too long goes back to its
+queue, and a task lost while it waits never starts."""
 
 from __future__ import annotations
 
@@ -54,9 +54,11 @@ async def work(ctx: cyclone.Context, n: int) -> int:
 
 
 @pytest.fixture
-def env(cyclone_env: CycloneEnv) -> CycloneEnv:
+def env(cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch) -> CycloneEnv:
     global gate
     gate = Gate()
+    # However slow the machine, what was claimed ahead waits until the test lets it go.
+    monkeypatch.setattr(_producer, "AHEAD_WAIT", 60.0)
     return cyclone_env
 
 
@@ -190,5 +192,31 @@ async def test_a_task_claimed_ahead_whose_run_is_cancelled_never_starts(
     assert BLOCKING + waiting not in gate.calls
     assert sorted(n for n in gate.calls if n >= BLOCKING) == sorted(
         BLOCKING + i for i in range(2 * SLOTS) if i != waiting
+    )
+    assert gate.most == SLOTS
+
+
+async def test_tasks_waiting_too_long_go_back_and_nothing_more_is_claimed_ahead(
+    env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handlers in the slots were not short after all: after AHEAD_WAIT, what waits for
+    a slot is handed back to other workers (attempt given back), and not claimed ahead again
+    while the queue's handlers are known to be long."""
+    monkeypatch.setattr(_producer, "AHEAD_WAIT", 0.3)
+    async with fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}) as worker:
+        await warmed_then_blocked(env, worker)
+
+        async def handed_back() -> bool:
+            return await tasks(env, "available", attempt=0) == SLOTS
+
+        await until(handed_back, "the tasks claimed ahead handed back after AHEAD_WAIT")
+        assert gate.running == SLOTS and await tasks(env, "running") == SLOTS
+        # A negative: give the worker a few polls to claim them ahead again.
+        await asyncio.sleep(0.5)
+        assert await tasks(env, "available", attempt=0) == SLOTS
+        gate.open.set()
+        await asyncio.wait_for(worker.drain(), 60)
+    assert sorted(n for n in gate.calls if n >= BLOCKING) == list(
+        range(BLOCKING, BLOCKING + 2 * SLOTS)
     )
     assert gate.most == SLOTS

@@ -84,12 +84,12 @@ async def test_a_slot_is_free_once_its_handler_returns(cyclone_env: CycloneEnv) 
 
 
 async def test_unwritten_outcomes_hold_back_claims(cyclone_env: CycloneEnv) -> None:
-    """One slot takes at most two unwritten outcomes per slot and per task it may claim
-    ahead (four): a fifth task stays in its queue while the four completions wait, and runs
-    once they are written."""
+    """A queue of one slot takes at most two unwritten outcomes for its slot and for each
+    task it may claim ahead: one more task stays in its queue while those completions wait,
+    and runs once they are written."""
     probe.reset()
     bound = _worker.UNWRITTEN_PER_SLOT * (1 + _producer.most_ahead(1))
-    assert bound == 4
+    assert bound > 2  # more than the slot's own two
     runs = [await quick.enqueue(cyclone_env.client, i) for i in range(bound + 1)]
     worker = fast_worker(cyclone_env.client, steps=[quick], queues={"pipe": 1})
     async with runs_locked(cyclone_env, runs) as release, worker:
