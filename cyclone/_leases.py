@@ -71,7 +71,8 @@ class LeaseKeeper:
             held.finishing = True
 
     def reason(self, claimed: Claimed) -> str | None:
-        """Why the attempt's handler was cancelled, if by us: "lost" or "shutdown"."""
+        """Why the attempt was stopped, if by us: "lost", "shutdown" or "overdue" (see
+        :meth:`mark`)."""
         held = self._held.get(claimed.key)
         return None if held is None else held.reason
 
@@ -81,16 +82,20 @@ class LeaseKeeper:
 
     def hurry(self) -> None:
         """Cancel the handlers still running; their attempts are handed back."""
-        self.hand_back([h.claimed for h in self._held.values()])
-
-    def hand_back(self, attempts: list[Claimed], *, reason: str = "shutdown") -> None:
-        """Cancel these attempts (running, or claimed ahead and waiting) so that they are
-        handed back: for shutdown, or ("overdue") claimed ahead and waiting too long."""
-        for claimed in attempts:
-            held = self._held.get(claimed.key)
-            if held is not None and held.reason is None and not held.finishing:
-                held.reason = reason
+        for held in list(self._held.values()):
+            if held.reason is None and not held.finishing:
+                held.reason = "shutdown"
                 held.task.cancel()
+
+    def mark(self, claimed: Claimed, reason: str) -> bool:
+        """Record why the attempt is about to be stopped by its owner ("shutdown",
+        "overdue": an attempt claimed ahead, handed back before it starts); False if it is
+        being stopped already, or is over."""
+        held = self._held.get(claimed.key)
+        if held is None or held.reason is not None or held.finishing:
+            return False
+        held.reason = reason
+        return True
 
     async def run(self) -> None:
         """Beat every ``interval`` seconds until cancelled."""

@@ -141,7 +141,7 @@ class Producer:
         started are handed back)."""
         self._stopping = True
         self._wake.set()
-        self._leases.hand_back(list(self._waiting.values()))
+        self._hand_back(list(self._waiting), "shutdown")
 
     def _ahead(self) -> int:
         """How many tasks claims may take beyond the free slots (see the module's docstring)."""
@@ -161,6 +161,8 @@ class Producer:
         buffered = self._completer.room - self._reserved - len(self._waiting)
         self._held_back = buffered < room
         room = min(room, buffered)
+        if self._waiting and room < min(self.limit, most_ahead(self.limit)):
+            return 0, 0  # the slots have work: claim ahead again in one claim, not one by one
         return room, max(0, room - free)
 
     async def run(self) -> None:
@@ -238,7 +240,7 @@ class Producer:
                 task = loop.create_task(attempt, name=f"cyclone-task-{claimed.id}")
                 self._leases.hold(claimed, task)
             if turns and self._stopping:
-                self._leases.hand_back([self._waiting[t] for t in turns])
+                self._hand_back(turns, "shutdown")
             elif turns:
                 loop.call_later(AHEAD_WAIT, self._overdue, turns)
         self._observers.claimed(self.name, len(rows), time.perf_counter() - started)
@@ -335,6 +337,7 @@ class Producer:
         # Handed back (by a stopping worker, or after AHEAD_WAIT), or lost.
         outcome: Outcome = Lost(claimed) if reason == "lost" else HandedBack(claimed, started=False)
         started = time.perf_counter()
+        self._leases.finishing(claimed)  # the heartbeat must not cancel the hand-back
         try:
             _, accepted = await self._write(outcome, _Slot(None))
         except Exception as exc:  # as _attempt's: the lease runs out, it is reclaimed
@@ -354,10 +357,19 @@ class Producer:
     def _overdue(self, turns: list[asyncio.Future[None]]) -> None:
         """Hand back those of a claim's tasks claimed ahead that still wait for a slot after
         AHEAD_WAIT: the handlers in the slots took at least that long."""
-        late = [self._waiting[t] for t in turns if t in self._waiting]
+        late = [t for t in turns if t in self._waiting]
         if late:
             self._timed(AHEAD_WAIT)
-            self._leases.hand_back(late, reason="overdue")
+            self._hand_back(late, "overdue")
+
+    def _hand_back(self, turns: list[asyncio.Future[None]], reason: str) -> None:
+        """Hand back these attempts claimed ahead that still wait for a slot. Their turn is
+        cancelled, not their task: a task created in this pass of the event loop has not
+        started, and one cancelled before it starts never runs its body (nor ``_turn``)."""
+        for turn in turns:
+            claimed = self._waiting.get(turn)
+            if claimed is not None and not turn.done() and self._leases.mark(claimed, reason):
+                turn.cancel()
 
     def _timed(self, seconds: float) -> None:
         """A handler of this queue took ``seconds`` (with its input and output)."""

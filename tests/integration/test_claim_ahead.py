@@ -9,11 +9,13 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 import cyclone
 from cyclone import _producer
+from cyclone import _queries as db
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import fast_worker
 
@@ -220,3 +222,48 @@ async def test_tasks_waiting_too_long_go_back_and_nothing_more_is_claimed_ahead(
         range(BLOCKING, BLOCKING + 2 * SLOTS)
     )
     assert gate.most == SLOTS
+
+
+async def test_a_claim_in_flight_at_stop_hands_back_what_it_took_ahead(
+    env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim comes back after stop() began: its tasks beyond the free slots are handed
+    back at once (they never start), the others run, and the worker ends idle with no task
+    left leased to it."""
+    worker = fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}, shutdown_timeout=60)
+    await worker.start()
+    held, back = asyncio.Event(), asyncio.Event()
+    claim = db.task_claim_plain
+
+    async def claim_held_at_return(*args: Any) -> db.ClaimedRows:
+        rows = await claim(*args)
+        if len(rows) == 2 * SLOTS:  # the claim of the blocking ones: wait for the test
+            held.set()
+            await back.wait()
+        return rows
+
+    try:
+        await work.enqueue_many(env.client, list(range(2 * SLOTS)))
+        await asyncio.wait_for(worker.drain(), 60)  # the queue's handlers are short
+        monkeypatch.setattr(db, "task_claim_plain", claim_held_at_return)
+        await work.enqueue_many(env.client, list(range(BLOCKING, BLOCKING + 2 * SLOTS)))
+        await asyncio.wait_for(held.wait(), 60)
+        stopping = asyncio.create_task(worker.stop())
+        await asyncio.sleep(0)  # stop() has begun: the producers are stopping
+        back.set()
+
+        async def handed_back() -> bool:
+            return await tasks(env, "available", attempt=0) == SLOTS
+
+        await until(handed_back, "the tasks claimed ahead handed back")
+        assert gate.running == SLOTS
+        gate.open.set()
+        await asyncio.wait_for(stopping, 60)
+        await asyncio.wait_for(worker.idle(), 10)  # no attempt is left held
+    finally:
+        back.set()
+        gate.open.set()
+        await worker.stop()
+    assert len([n for n in gate.calls if n >= BLOCKING]) == SLOTS
+    assert await tasks(env, "available", attempt=0) == SLOTS
+    assert await tasks(env, "running") == 0
