@@ -29,7 +29,7 @@ UPDATE __schema__.cyclone_runs r
 SET state = 'completed', output = d.output::jsonb, remaining = 0, attempts = d.attempt,
     errors = d.errors, finished_at = __now__, completed_task = d.id, completed_claims = d.claims
 FROM done d
-WHERE r.id = d.run_id AND r.state = 'pending' AND r.id = ANY (ARRAY(SELECT run_id FROM done))
+WHERE r.id = d.run_id AND r.state = 'pending'
 RETURNING d.id, d.claims, r.id AS run_id;
 
 -- name: node_complete_many(run_ids, ids, claims, outputs)
@@ -42,7 +42,6 @@ SET state = 'completed', output = d.output::jsonb, attempts = d.attempt, errors 
     finished_at = __now__, completed_task = d.id, completed_claims = d.claims
 FROM done d
 WHERE s.run_id = d.run_id AND s.node = d.node
-  AND s.run_id = ANY (ARRAY(SELECT run_id FROM done))
 RETURNING d.id, d.claims, s.run_id, s.node;
 
 -- name: attempts_completed(run_ids, nodes, task_ids, claims)
@@ -70,7 +69,6 @@ WHERE CASE WHEN a.node IS NULL
     SET state = 'pending', attempts = p.attempt, errors = p.errors
     FROM parked p
     WHERE s.run_id = p.run_id AND s.node = p.node
-      AND s.run_id = ANY (ARRAY(SELECT run_id FROM parked))
 
 -- name: task_retry_many(run_ids, ids, claims, delays, errors, refunds)
 -- Attempts that failed with attempts left, or snoozed (:refunds: give the attempt back): the

@@ -407,3 +407,74 @@ async def test_the_claims_settle_on_their_cached_generic_plans(cyclone_env: Cycl
     for name in ("task_claim_plain", "task_claim"):
         generic, custom = plans[name]
         assert custom <= 5 and generic >= 15, (name, generic, custom)
+
+
+flow = cyclone.define("plan.flow", int)
+flow.node(noop, name="b", after=[flow.node(noop, name="a")])
+
+
+def repeated_array_scans(plan: object) -> list[tuple[str, str, int, str]]:
+    """Scans that test a row against a whole batch (an ``= ANY`` condition) once per row of
+    another input: (node, table, loops, condition). Each repeats the batch's reads, so the
+    statement costs O(batch²)."""
+    found = []
+    for node in plan_nodes(plan):
+        conds = " ".join(str(node.get(k, "")) for k in ("Index Cond", "Filter", "Recheck Cond"))
+        if "ANY" in conds and node.get("Actual Loops", 1) > 1:
+            table = node.get("Relation Name", "")
+            found.append((node["Node Type"], table, node["Actual Loops"], conds.strip()))
+    return found
+
+
+async def test_outcome_batches_cost_linearly(cyclone_env: CycloneEnv) -> None:
+    """A batch of 64 outcomes (of 2,000 jobs and 200 workflow runs) reads each run or step
+    row it writes once: the completion of
+    jobs probed the batch's runs once per completed task (a nested loop over the index scan
+    by ``id = ANY``: 64 x 64 probes), and the completion of nodes and the parking of retries
+    scanned the steps per row likewise."""
+    client, pool, q = cyclone_env.client, cyclone_env.pool, cyclone_env.client.queries
+    for i in range(200):  # first: the first claim serving the workflow takes its nodes
+        await flow.submit(client, i)
+    await noop.enqueue_many(client, list(range(2_000)))
+    await pool.execute("VACUUM ANALYZE")
+
+    async def analyzed(name: str, **params: object) -> object:
+        """The plan of ``name`` as it ran, its writes rolled back."""
+        sql, args = q.bind(name, params)
+        async with pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                return json.loads(
+                    await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
+                )
+            finally:
+                await tx.rollback()
+
+    async with pool.acquire() as conn:
+        nodes = await db.task_claim_plain(
+            conn, q, "plans", ["plan.noop"], 64, 30.0, "w", ["plan.flow"]
+        )
+        jobs = await db.task_claim_plain(conn, q, "plans", ["plan.noop"], 64, 30.0, "w", [])
+    assert len(jobs) == 64 and len(nodes) == 64 and all(r["node"] for r in nodes)
+    assert not any(r["node"] for r in jobs)
+    for name, rows, extra in [
+        ("job_complete_many", jobs, {"outputs": ["null"] * 64}),
+        ("node_complete_many", nodes, {"outputs": ["null"] * 64}),
+        (
+            "task_retry_many",
+            nodes,
+            {"delays": [0.0] * 64, "errors": [None] * 64, "refunds": [False] * 64},
+        ),
+    ]:
+        keys = {
+            "run_ids": [r["run_id"] for r in rows],
+            "ids": [r["id"] for r in rows],
+            "claims": [r["claims"] for r in rows],
+        }
+        if name == "task_retry_many":  # their runs failed meanwhile: the nodes are parked
+            await pool.execute(
+                "UPDATE cyclone_runs SET state = 'failed' WHERE id = ANY ($1)", keys["run_ids"]
+            )
+        repeated = repeated_array_scans(await analyzed(name, **keys, **extra))
+        assert repeated == [], (name, repeated)
