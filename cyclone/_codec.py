@@ -44,6 +44,8 @@ def _is_instance_type(tp: Any) -> bool:
 
 
 def _check_types(values: Sequence[object], tp: Any, what: str) -> None:
+    if tp is type(None) and all(value is None for value in values):
+        return  # a handler that returns nothing: the usual output, valid as it is
     if _is_instance_type(tp):
         for value in values:
             if not isinstance(value, tp):
@@ -70,7 +72,8 @@ def _encoded_array(values: Sequence[object], tp: Any, what: str, limit: int) -> 
     # An escape cannot run across values: each string of the array closes before a comma.
     if b"\\u0000" in data and _NUL_ESCAPE.search(data):
         raise InvalidInputError(f"{what} contains a NUL character, which jsonb cannot store")
-    if b"null" in data and _has_non_finite(values):  # msgspec writes NaN and inf as null
+    # msgspec writes NaN and inf as null (values all None, a handler's usual output, have none).
+    if b"null" in data and any(v is not None for v in values) and _has_non_finite(values):
         raise InvalidInputError(f"{what} contains a NaN or infinite float, which JSON cannot carry")
     if len(data) > limit:  # the batch is larger than one value may be: look at each
         for item in msgspec.json.decode(data, type=list[msgspec.Raw]):
