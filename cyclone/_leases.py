@@ -26,7 +26,7 @@ logger = logging.getLogger("cyclone")
 class _Held:
     claimed: Claimed
     task: asyncio.Task[None]
-    reason: str | None = None  # why we cancelled it: "lost", "shutdown", "overdue"
+    reason: str | None = None  # why we stopped it: "lost", "shutdown", "overdue", "limited"
     finishing: bool = False  # its handler is over: its task must not be cancelled
 
 
@@ -71,8 +71,8 @@ class LeaseKeeper:
             held.finishing = True
 
     def reason(self, claimed: Claimed) -> str | None:
-        """Why the attempt was stopped, if by us: "lost", "shutdown" or "overdue" (see
-        :meth:`mark`)."""
+        """Why the attempt was stopped, if by us: "lost", "shutdown", or (see :meth:`mark`)
+        "overdue" or "limited"."""
         held = self._held.get(claimed.key)
         return None if held is None else held.reason
 
@@ -88,9 +88,10 @@ class LeaseKeeper:
                 held.task.cancel()
 
     def mark(self, claimed: Claimed, reason: str) -> bool:
-        """Record why the attempt is about to be stopped by its owner ("shutdown",
-        "overdue": an attempt claimed ahead, handed back before it starts); False if it is
-        being stopped already, or is over."""
+        """Record why the attempt is about to be stopped by its owner: "shutdown", or for an
+        attempt claimed ahead and handed back before it starts, "overdue" (it waited too
+        long) or "limited" (its queue uses flow control); False if it is being stopped
+        already, or is over."""
         held = self._held.get(claimed.key)
         if held is None or held.reason is not None or held.finishing:
             return False

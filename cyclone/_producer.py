@@ -18,8 +18,9 @@ tasks held in all, slots included (``most_ahead``). Each waits for the next slot
 first claimed first, its lease kept like a running attempt's; no more than ``limit``
 handlers ever run at once. Claims are larger, and the next one travels while the handlers
 run instead of after them. A task claimed ahead waits a few short handlers' time, and goes
-back to its queue after ``AHEAD_WAIT``; a stopping worker hands back at once those not
-started, and one whose task is lost meanwhile never starts.
+back to its queue after ``AHEAD_WAIT`` or once a claim finds the queue under flow control;
+a stopping worker hands back at once those not started, and one whose task is lost
+meanwhile never starts.
 """
 
 from __future__ import annotations
@@ -263,6 +264,9 @@ class Producer:
             if self._plain:
                 return rows
             self._plain_at = loop.time() + PLAIN_RETRY
+            # The queue uses flow control now: what this worker claimed ahead and has not
+            # started goes back, for the limits to count (a limit counts it as running).
+            self._hand_back(list(self._waiting), "limited")
         if limit - ahead <= 0:
             return db.ClaimedRows()
         return await db.task_claim(
@@ -320,8 +324,8 @@ class Producer:
 
     async def _turn(self, claimed: Claimed, turn: asyncio.Future[None]) -> bool:
         """Wait until a slot passes to this attempt claimed ahead; False if it is not to
-        run: it was handed back (written here: a stopping worker, or a wait longer than
-        AHEAD_WAIT), or it lost its task."""
+        run: it was handed back (written here: a stopping worker, a wait longer than
+        AHEAD_WAIT, or the queue's flow control), or it lost its task."""
         try:
             await turn
             return True
@@ -335,7 +339,7 @@ class Producer:
                 self._leases.drop(claimed)
                 self._executor.report(Lost(claimed), True, time.perf_counter())
                 raise
-        # Handed back (by a stopping worker, or after AHEAD_WAIT), or lost.
+        # Handed back (by a stopping worker, after AHEAD_WAIT, once a limit is in use), or lost.
         outcome: Outcome = Lost(claimed) if reason == "lost" else HandedBack(claimed, started=False)
         started = time.perf_counter()
         self._leases.finishing(claimed)  # the heartbeat must not cancel the hand-back

@@ -60,7 +60,7 @@ def env(cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch) -> CycloneEnv:
     global gate
     gate = Gate()
     # However slow the machine, what was claimed ahead waits until the test lets it go.
-    monkeypatch.setattr(_producer, "AHEAD_WAIT", 60.0)
+    monkeypatch.setattr(_producer, "AHEAD_WAIT", 3600.0)
     return cyclone_env
 
 
@@ -267,3 +267,31 @@ async def test_a_claim_in_flight_at_stop_hands_back_what_it_took_ahead(
     assert len([n for n in gate.calls if n >= BLOCKING]) == SLOTS
     assert await tasks(env, "available", attempt=0) == SLOTS
     assert await tasks(env, "running") == 0
+
+
+async def test_a_limit_set_while_tasks_wait_ahead_gets_them_back(env: CycloneEnv) -> None:
+    """Tasks claimed ahead before the queue was limited go back to it at the worker's next
+    claim, which finds the limit, instead of starting in slots the limit does not allow."""
+    slots = 2
+    # Fewer than the worker may hold ahead: room is left, so the next poll claims.
+    quick = list(range(10, 10 + _producer.most_ahead(slots) - slots))
+    async with fast_worker(env.client, steps=[work], queues={"ahead": slots}) as worker:
+        await work.enqueue_many(env.client, list(range(2 * slots)))
+        await asyncio.wait_for(worker.drain(), 60)  # the queue's handlers are short
+        # The blocking ones first: they take the slots, the quick ones wait ahead.
+        await work.enqueue_many(env.client, [BLOCKING, BLOCKING + 1, *quick])
+
+        async def waiting_ahead() -> bool:
+            return gate.running == slots and await tasks(env, "available") == 0
+
+        await until(waiting_ahead, "the quick tasks claimed ahead")
+        await env.client.queues.set_limits("ahead", concurrency=1)
+
+        async def handed_back() -> bool:  # by the next poll's claim, which declines
+            return await tasks(env, "available", attempt=0) == len(quick)
+
+        await until(handed_back, "the tasks claimed ahead handed back to the limited queue")
+        assert gate.running == slots  # the blocking ones still run
+        gate.open.set()
+        await asyncio.wait_for(worker.drain(), 60)
+    assert sorted(gate.calls) == sorted([*range(2 * slots), BLOCKING, BLOCKING + 1, *quick])
