@@ -36,6 +36,20 @@ _TRACEBACK_LIMIT = 8000
 _MESSAGE_LIMIT = 2000
 
 
+@dataclass(frozen=True)
+class Claiming:
+    """How every producer of a worker claims: as ``worker_id``, tasks of ``kinds`` and nodes
+    of ``workflows``, each for a lease of ``lease`` seconds, at most ``claim_batch`` a claim,
+    polling every ``poll_interval`` seconds at the latest."""
+
+    worker_id: str
+    kinds: list[str]
+    workflows: list[str]
+    lease: float
+    claim_batch: int
+    poll_interval: float
+
+
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A task this worker claimed: one attempt of a job or workflow node."""

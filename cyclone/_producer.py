@@ -13,14 +13,14 @@ completer while the slot runs another attempt.
 
 Claiming ahead: while the queue's handlers are short (their recent mean under
 ``AHEAD_BELOW``) and it uses no flow control, a claim (one at a time) may also take tasks
-for which no slot is free yet: at most ``AHEAD_PER_SLOT`` per slot, and ``AHEAD_UPTO``
-tasks held in all, slots included (``most_ahead``). Each waits for the next slot freed,
-first claimed first, its lease kept like a running attempt's; no more than ``limit``
-handlers ever run at once. Claims are larger, and the next one travels while the handlers
-run instead of after them. A task claimed ahead waits a few short handlers' time, and goes
-back to its queue after ``AHEAD_WAIT`` or once a claim finds the queue under flow control;
-a stopping worker hands back at once those not started, and one whose task is lost
-meanwhile never starts.
+for which no slot is free yet: at most ``AHEAD_PER_SLOT`` per slot and ``AHEAD_UPTO``
+tasks held in all, slots included (``most_ahead``), and no more than the slots run in
+``AHEAD_SPAN`` at the mean handler time. Each waits for the next slot freed, first claimed
+first, its lease kept like a running attempt's; no more than ``limit`` handlers ever run at
+once. Claims are larger, and the next one travels while the held tasks run. A task claimed
+ahead goes back to its queue after ``AHEAD_WAIT`` or once a claim finds the queue under
+flow control; a stopping worker hands back at once those not started, and one whose task
+is lost meanwhile never starts.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 
+from cyclone import _attempt
 from cyclone import _queries as db
 from cyclone._attempt import Claimed, Completed, CompletionAborted, HandedBack, Lost, Outcome
 from cyclone._completer import Completer
@@ -47,13 +47,12 @@ CLAIMS_AT_ONCE = 2
 # Claiming ahead (see the module's docstring) while the mean handler time of the queue is
 # below this many seconds: a task claimed ahead waits for a slot a few times that long.
 AHEAD_BELOW = 0.01
-# A queue claims ahead up to this many tasks in all, slots included, and at most
-# AHEAD_PER_SLOT ahead per slot (a queue with this many slots claims nothing ahead). At
-# concurrency 8, no-op jobs drained 1.5 times as fast as with none ahead at one per slot,
-# 1.9 times at three and 2.2 times at seven; at 16, 1.12 times as fast up to 128 as up
-# to 64, and no faster up to 200.
-AHEAD_UPTO = 128
-AHEAD_PER_SLOT = 7
+# Tasks held in all, slots included, at most; ahead per slot at most; and the seconds of
+# handlers (at the mean) claimed ahead at most. No-op jobs at concurrency 16 drained 1.25
+# times as fast with 15 per slot up to 256 as with 7 up to 128; no faster with more.
+AHEAD_UPTO = 256
+AHEAD_PER_SLOT = 15
+AHEAD_SPAN = 0.05
 # A task claimed ahead that waited this many seconds for a slot goes back to its queue (its
 # queue's handlers were not short after all), and the queue claims nothing ahead until they
 # are again.
@@ -70,20 +69,6 @@ def most_ahead(slots: int) -> int:
     return max(0, min(AHEAD_PER_SLOT * slots, AHEAD_UPTO - slots))
 
 
-@dataclass(frozen=True)
-class Claiming:
-    """How every producer of a worker claims: as ``worker_id``, tasks of ``kinds`` and nodes
-    of ``workflows``, each for a lease of ``lease`` seconds, at most ``claim_batch`` a claim,
-    polling every ``poll_interval`` seconds at the latest."""
-
-    worker_id: str
-    kinds: list[str]
-    workflows: list[str]
-    lease: float
-    claim_batch: int
-    poll_interval: float
-
-
 class Producer:
     """Claims from queue ``name`` up to ``limit`` attempts at a time."""
 
@@ -93,7 +78,7 @@ class Producer:
         observers: Observers,
         name: str,
         limit: int,
-        claiming: Claiming,
+        claiming: _attempt.Claiming,
         *,
         executor: Executor,
         completer: Completer,
@@ -147,11 +132,14 @@ class Producer:
 
     def _ahead(self) -> int:
         """How many tasks claims may take beyond the free slots (see the module's docstring)."""
-        short = self._handler_time is not None and self._handler_time < AHEAD_BELOW
+        mean = self._handler_time
         # One claim at a time takes tasks ahead: a larger claim, not a second one (each
         # claim's own cost is what a claim ahead saves).
-        alone = not self._claims and not self._stopping
-        return most_ahead(self.limit) if short and self._plain and alone else 0
+        if mean is None or mean >= AHEAD_BELOW or not self._plain or self._claims:
+            return 0
+        # No more than the slots run in AHEAD_SPAN: about the longest one waits for its slot.
+        most = 0 if self._stopping else most_ahead(self.limit)
+        return min(most, int(self.limit * AHEAD_SPAN / max(mean, 1e-6)))
 
     def _room(self) -> tuple[int, int]:
         """How many tasks the next claim may take, and how many of them would wait for a
@@ -160,7 +148,8 @@ class Producer:
         taken = self._running + len(self._waiting) + self._reserved
         free = max(0, self.limit - taken)
         room = min(self.limit + self._ahead() - taken, self._claiming.claim_batch)
-        buffered = self._completer.room - self._reserved - len(self._waiting)
+        # Every task held, running ones too, will have an outcome to write.
+        buffered = self._completer.room - taken
         self._held_back = buffered < room
         room = min(room, buffered)
         if self._waiting and room < min(self.limit, most_ahead(self.limit)):
@@ -176,23 +165,10 @@ class Producer:
             self._connection.release()  # a claim still in flight gives its connection back
 
     async def _claim_until_stopped(self) -> None:
-        loop = asyncio.get_running_loop()
         while not self._stopping:
             # Cleared before claiming: a wakeup that arrives during the claim is kept.
             self._wake.clear()
-            # A first claim on every wakeup; more at once only while claims come back full.
-            started = False
-            while len(self._claims) < CLAIMS_AT_ONCE and (
-                not self._claims or self._last_claim_full or self._claim_again()
-            ):
-                room, ahead = self._room()
-                if room <= 0:
-                    break
-                self._reserved += room
-                claim = self._claim(room, ahead)
-                task = loop.create_task(claim, name=f"cyclone-claim-{self.name}")
-                self._claims.add(task)
-                started = True
+            started = self._start_claims()
             # Woken while a claim was in flight that may have begun before the work it was
             # woken for committed: claim again once that claim is back.
             self._missed = self._missed or (not started and bool(self._claims))
@@ -200,6 +176,23 @@ class Producer:
             if self._held and self._retry_in:  # flow control: the next token is due then
                 timeout = min(timeout, self._retry_in)
             await wait_woken(self._wake, timeout)
+
+    def _start_claims(self) -> bool:
+        """Start a first claim, and more at once only while claims come back full; whether
+        one was started."""
+        loop = asyncio.get_running_loop()
+        started = False
+        while len(self._claims) < CLAIMS_AT_ONCE and (
+            not self._claims or self._last_claim_full or self._claim_again()
+        ):
+            room, ahead = self._room()
+            if room <= 0:
+                break
+            self._reserved += room
+            task = loop.create_task(self._claim(room, ahead), name=f"cyclone-claim-{self.name}")
+            self._claims.add(task)
+            started = True
+        return started
 
     async def _claim(self, limit: int, ahead: int) -> None:
         """Claim up to ``limit`` tasks (reserved by the caller; ``ahead`` of them beyond the
@@ -217,37 +210,47 @@ class Producer:
                 extra={"worker": self._claiming.worker_id, "queue": self.name},
             )
         finally:
-            self._reserved -= limit
-            self._claims.discard(asyncio.current_task())
-            if self._last_claim_full or self._claim_again() or self._missed:
-                self._missed = False
-                self._wake.set()  # more is probably waiting: claim again
+            if asyncio.current_task() in self._claims:  # not ended by _claim_and_start
+                self._claim_ended(limit)
+
+    def _claim_ended(self, limit: int) -> None:
+        """A claim of ``limit`` is back: claim again at once if more is probably waiting."""
+        self._reserved -= limit
+        self._claims.discard(asyncio.current_task())
+        if self._last_claim_full or self._claim_again() or self._missed:
+            self._missed = False
+            if self._stopping or not self._start_claims():
+                self._wake.set()
 
     async def _claim_and_start(self, limit: int, ahead: int) -> None:
         started = time.perf_counter()
         async with self._connection.use() as conn:
             rows = await self._take(conn, limit, ahead)
-            loop = asyncio.get_running_loop()
-            turns: list[asyncio.Future[None]] = []
-            for row in rows:
-                claimed = Claimed.from_row(row, queue=self.name, worker=self._claiming.worker_id)
-                turn: asyncio.Future[None] | None = None
-                if self._running < self.limit:
-                    self._running += 1
-                else:  # claimed ahead: it waits for a slot
-                    turn = loop.create_future()
-                    self._waiting[turn] = claimed
-                    turns.append(turn)
-                attempt = self._attempt(claimed, turn)
-                task = loop.create_task(attempt, name=f"cyclone-task-{claimed.id}")
-                self._leases.hold(claimed, task)
-            if turns and self._stopping:
-                self._hand_back(turns, "shutdown")
-            elif turns:
-                loop.call_later(AHEAD_WAIT, self._overdue, turns)
+        loop = asyncio.get_running_loop()
+        attempts: list[tuple[Claimed, asyncio.Future[None] | None]] = []
+        turns: list[asyncio.Future[None]] = []
+        for row in rows:
+            claimed = Claimed.from_row(row, queue=self.name, worker=self._claiming.worker_id)
+            turn: asyncio.Future[None] | None = None
+            if self._running < self.limit:
+                self._running += 1
+            else:  # claimed ahead: it waits for a slot
+                turn = loop.create_future()
+                self._waiting[turn] = claimed
+                turns.append(turn)
+            attempts.append((claimed, turn))
         self._observers.claimed(self.name, len(rows), time.perf_counter() - started)
         self._last_claim_full = len(rows) == limit
         self._held, self._retry_in = rows.held, rows.retry_in  # flow control
+        # The next claim goes out before these attempts start (see freed).
+        self._claim_ended(limit)
+        for claimed, turn in attempts:
+            task = loop.create_task(self._attempt(claimed, turn), name=f"cyclone-task-{claimed.id}")
+            self._leases.hold(claimed, task)
+        if turns and self._stopping:
+            self._hand_back(turns, "shutdown")
+        elif turns:
+            loop.call_later(AHEAD_WAIT, self._overdue, turns)
 
     async def _take(self, conn: db.Conn, limit: int, ahead: int) -> db.ClaimedRows:
         """Claim up to ``limit`` tasks: by the plain claim while the queue uses no flow
@@ -392,7 +395,13 @@ class Producer:
                 break
         else:
             self._running -= 1
-        if self._last_claim_full or self._held or self._stopping:
+        # Handlers that do not wait pass the slots on within this pass of the event loop:
+        # while tasks claimed ahead wait, claim now (once _room allows), not in the
+        # producer's own pass, which comes after them all, the slots then idle.
+        ahead = bool(self._waiting) and not self._stopping
+        if (self._last_claim_full or self._held or self._stopping) and not (
+            ahead and self._start_claims()
+        ):
             self._wake.set()  # held by a limit: a slot this worker held is free now
 
 

@@ -1,5 +1,6 @@
-"""Claiming ahead: a queue whose handlers are short claims up to one task per slot beyond
-its free slots, each waiting for a slot; no more handlers than slots ever run, a stopping
+"""Claiming ahead: a queue whose handlers are short claims tasks beyond its free slots, each
+waiting for a slot, and sends its next claim before the last one's attempts start; no more
+handlers than slots ever run, a stopping
 worker hands back at once what it has not started, a task waiting too long goes back to its
 queue, and a task lost while it waits never starts."""
 
@@ -32,8 +33,10 @@ class Gate:
         self.running = 0
         self.most = 0
         self.pause = 0.0  # seconds each handler below BLOCKING takes
+        self.watch: Callable[[], None] = lambda: None  # called as each handler starts
 
     async def enter(self, n: int) -> None:
+        self.watch()
         self.calls.append(n)
         self.running += 1
         self.most = max(self.most, self.running)
@@ -295,3 +298,26 @@ async def test_a_limit_set_while_tasks_wait_ahead_gets_them_back(env: CycloneEnv
         gate.open.set()
         await asyncio.wait_for(worker.drain(), 60)
     assert sorted(gate.calls) == sorted([*range(2 * slots), BLOCKING, BLOCKING + 1, *quick])
+
+
+async def test_the_next_claim_is_in_flight_while_the_last_ones_attempts_run(
+    env: CycloneEnv,
+) -> None:
+    """Handlers that do not wait run a claim's attempts one after another in one pass of
+    the event loop (each freed slot starts the next task claimed ahead). Once a slot's
+    worth of room is free, the next claim goes out at once and travels while the rest of
+    them run; sent by the producer's own pass, it would go out only once they had all run."""
+    async with fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}) as worker:
+        await work.enqueue_many(env.client, list(range(2 * SLOTS)))  # the queue counts as short
+        await asyncio.wait_for(worker.drain(), 60)
+        producer = worker._producers["ahead"]
+        in_flight: list[bool] = []
+        gate.watch = lambda: in_flight.append(bool(producer._claims))
+        first = SLOTS + _producer.most_ahead(SLOTS)  # what the first claim takes
+        await work.enqueue_many(env.client, [0] * (2 * first))  # none blocking
+        await asyncio.wait_for(worker.drain(), 60)
+    assert len(in_flight) == 2 * first
+    # The first SLOTS attempts free the room for the next claim (SLOTS tasks: the first
+    # claim took all the queue holds); every later attempt of the first claim runs with
+    # the next claim in flight.
+    assert all(in_flight[SLOTS:first]), in_flight[:first]
