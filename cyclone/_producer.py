@@ -48,9 +48,9 @@ CLAIMS_AT_ONCE = 2
 # below this many seconds: a task claimed ahead waits for a slot a few times that long.
 AHEAD_BELOW = 0.01
 # Tasks held in all, slots included, at most; ahead per slot at most; and the seconds of
-# handlers (at the mean) claimed ahead at most. No-op jobs at concurrency 16 drained 1.25
-# times as fast with 15 per slot up to 256 as with 7 up to 128; no faster with more.
-AHEAD_UPTO = 256
+# handlers (at the mean) claimed ahead at most. No-op jobs drained 1.25 times as fast at
+# c16 with 15 per slot as with 7, and 1.05 at c200 and 1.04 at c64 up to 512 as up to 256.
+AHEAD_UPTO = 512
 AHEAD_PER_SLOT = 15
 AHEAD_SPAN = 0.05
 # A task claimed ahead that waited this many seconds for a slot goes back to its queue (its
