@@ -14,7 +14,7 @@ completer while the slot runs another attempt.
 Claiming ahead: while the queue's handlers are short (their recent mean under
 ``AHEAD_BELOW``) and it uses no flow control, a claim (one at a time) may also take tasks
 for which no slot is free yet: at most ``AHEAD_PER_SLOT`` per slot and ``AHEAD_UPTO``
-tasks held in all, slots included (``most_ahead``), and no more than the slots run in
+tasks held in all, slots included (``_ahead.py``), and no more than the slots run in
 ``AHEAD_SPAN`` at the mean handler time. Each waits for the next slot freed, first claimed
 first, its lease kept like a running attempt's; no more than ``limit`` handlers ever run at
 once. Claims are larger, and the next one travels while the held tasks run. A task claimed
@@ -26,11 +26,13 @@ is lost meanwhile never starts.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
 from cyclone import _attempt
 from cyclone import _queries as db
+from cyclone._ahead import Pace, most_ahead
 from cyclone._attempt import Claimed, Completed, CompletionAborted, HandedBack, Lost, Outcome
 from cyclone._completer import Completer
 from cyclone._database import Database, Held
@@ -44,29 +46,13 @@ logger = logging.getLogger("cyclone")
 # Claims of one queue in flight together: with more free slots than one claim takes
 # (claim_batch), the next claim runs while the last one's attempts start.
 CLAIMS_AT_ONCE = 2
-# Claiming ahead (see the module's docstring) while the mean handler time of the queue is
-# below this many seconds: a task claimed ahead waits for a slot a few times that long.
-AHEAD_BELOW = 0.01
-# Tasks held in all, slots included, at most; ahead per slot at most; and the seconds of
-# handlers (at the mean) claimed ahead at most. No-op jobs drained 1.25 times as fast at
-# c16 with 15 per slot as with 7, and 1.05 at c200 and 1.04 at c64 up to 512 as up to 256.
-AHEAD_UPTO = 512
-AHEAD_PER_SLOT = 15
-AHEAD_SPAN = 0.05
 # A task claimed ahead that waited this many seconds for a slot goes back to its queue (its
 # queue's handlers were not short after all), and the queue claims nothing ahead until they
 # are again.
 AHEAD_WAIT = 1.0
-# Weight of the latest handler time in that mean (an exponentially weighted one).
-_AHEAD_WEIGHT = 0.1
 # Once the plain claim declined (the queue uses flow control), claims are task_claim's for
 # this many seconds before the plain claim is tried again: a limit removed shows by then.
 PLAIN_RETRY = 5.0
-
-
-def most_ahead(slots: int) -> int:
-    """The most tasks a queue of ``slots`` slots claims ahead (see the module's docstring)."""
-    return max(0, min(AHEAD_PER_SLOT * slots, AHEAD_UPTO - slots))
 
 
 class Producer:
@@ -101,7 +87,7 @@ class Producer:
         self._reserved = 0  # slots held for the claims in flight (and tasks claimed ahead)
         # Attempts claimed ahead, each waiting for a slot, first claimed first; see _turn.
         self._waiting: dict[asyncio.Future[None], Claimed] = {}
-        self._handler_time: float | None = None  # mean seconds per handler, once one ran
+        self._pace = Pace()  # of its handlers: how far it may claim ahead
         self._plain = False  # the last claim was the plain one: no flow control in use
         self._claims: set[asyncio.Task[None]] = set()  # in flight
         self._last_claim_full = False
@@ -132,27 +118,25 @@ class Producer:
 
     def _ahead(self) -> int:
         """How many tasks claims may take beyond the free slots (see the module's docstring)."""
-        mean = self._handler_time
         # One claim at a time takes tasks ahead: a larger claim, not a second one (each
         # claim's own cost is what a claim ahead saves).
-        if mean is None or mean >= AHEAD_BELOW or not self._plain or self._claims:
+        if not self._plain or self._claims or self._stopping:
             return 0
-        # No more than the slots run in AHEAD_SPAN: about the longest one waits for its slot.
-        most = 0 if self._stopping else most_ahead(self.limit)
-        return min(most, int(self.limit * AHEAD_SPAN / max(mean, 1e-6)))
+        return self._pace.ahead(self.limit)
 
     def _room(self) -> tuple[int, int]:
         """How many tasks the next claim may take, and how many of them would wait for a
         slot: free slots (and the claim-ahead allowance), bounded by the claim size and by
         what the completer's buffer still takes."""
+        batch = self._claiming.claim_batch
         taken = self._running + len(self._waiting) + self._reserved
         free = max(0, self.limit - taken)
-        room = min(self.limit + self._ahead() - taken, self._claiming.claim_batch)
+        room = min(self.limit + self._ahead() - taken, batch)
         # Every task held, running ones too, will have an outcome to write.
         buffered = self._completer.room - taken
         self._held_back = buffered < room
         room = min(room, buffered)
-        if self._waiting and room < min(self.limit, most_ahead(self.limit)):
+        if self._waiting and room < min(self.limit, most_ahead(self.limit), batch):
             return 0, 0  # the slots have work: claim ahead again in one claim, not one by one
         return room, max(0, room - free)
 
@@ -191,6 +175,9 @@ class Producer:
             self._reserved += room
             task = loop.create_task(self._claim(room, ahead), name=f"cyclone-claim-{self.name}")
             self._claims.add(task)
+            # Ended by _claim_and_start once its rows are in, else (it failed, or was
+            # cancelled, even before its first step) here.
+            task.add_done_callback(functools.partial(self._claim_done, room))
             started = True
         return started
 
@@ -209,15 +196,17 @@ class Producer:
                 exc,
                 extra={"worker": self._claiming.worker_id, "queue": self.name},
             )
-        finally:
-            if asyncio.current_task() in self._claims:  # not ended by _claim_and_start
-                self._claim_ended(limit)
 
-    def _claim_ended(self, limit: int) -> None:
-        """A claim of ``limit`` is back: claim again at once if more is probably waiting."""
+    def _claim_done(self, limit: int, task: asyncio.Task[None]) -> None:
+        if task in self._claims:
+            self._claim_ended(task, limit, again=not task.cancelled())
+
+    def _claim_ended(self, task: asyncio.Task[None], limit: int, *, again: bool = True) -> None:
+        """A claim of ``limit`` is back: claim again at once if more is probably waiting
+        (not after a cancelled one: the worker is being torn down)."""
         self._reserved -= limit
-        self._claims.discard(asyncio.current_task())
-        if self._last_claim_full or self._claim_again() or self._missed:
+        self._claims.discard(task)
+        if again and (self._last_claim_full or self._claim_again() or self._missed):
             self._missed = False
             if self._stopping or not self._start_claims():
                 self._wake.set()
@@ -229,8 +218,8 @@ class Producer:
         loop = asyncio.get_running_loop()
         attempts: list[tuple[Claimed, asyncio.Future[None] | None]] = []
         turns: list[asyncio.Future[None]] = []
-        for row in rows:
-            claimed = Claimed.from_row(row, queue=self.name, worker=self._claiming.worker_id)
+        worker = self._claiming.worker_id
+        for claimed in [Claimed.from_row(row, queue=self.name, worker=worker) for row in rows]:
             turn: asyncio.Future[None] | None = None
             if self._running < self.limit:
                 self._running += 1
@@ -243,7 +232,9 @@ class Producer:
         self._last_claim_full = len(rows) == limit
         self._held, self._retry_in = rows.held, rows.retry_in  # flow control
         # The next claim goes out before these attempts start (see freed).
-        self._claim_ended(limit)
+        task = asyncio.current_task()
+        assert task is not None
+        self._claim_ended(task, limit)
         for claimed, turn in attempts:
             task = loop.create_task(self._attempt(claimed, turn), name=f"cyclone-task-{claimed.id}")
             self._leases.hold(claimed, task)
@@ -289,7 +280,7 @@ class Producer:
         slot = _Slot(self)
         try:
             outcome = await self._executor.run(claimed)
-            self._timed(time.perf_counter() - started)
+            self._pace.timed(time.perf_counter() - started)
             outcome, accepted = await self._write(outcome, slot)
         except asyncio.CancelledError:  # from outside: nothing written, the lease runs out
             self._executor.report(Lost(claimed), True, started)
@@ -367,7 +358,7 @@ class Producer:
         AHEAD_WAIT: the handlers in the slots took at least that long."""
         late = [t for t in turns if t in self._waiting]
         if late:
-            self._timed(AHEAD_WAIT)
+            self._pace.timed(AHEAD_WAIT)
             self._hand_back(late, "overdue")
 
     def _hand_back(self, turns: list[asyncio.Future[None]], reason: str) -> None:
@@ -378,11 +369,6 @@ class Producer:
             claimed = self._waiting.get(turn)
             if claimed is not None and not turn.done() and self._leases.mark(claimed, reason):
                 turn.cancel()
-
-    def _timed(self, seconds: float) -> None:
-        """A handler of this queue took ``seconds`` (with its input and output)."""
-        mean = self._handler_time
-        self._handler_time = seconds if mean is None else mean + _AHEAD_WEIGHT * (seconds - mean)
 
     def freed(self) -> None:
         """One of this queue's attempts ended: its slot is free (via its :class:`_Slot`),

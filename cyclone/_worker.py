@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from cyclone import _maintenance as maintenance
 from cyclone import _queries as db
+from cyclone._ahead import most_ahead
 from cyclone._attempt import Claiming
 from cyclone._completer import Completer
 from cyclone._errors import InvalidInputError, InvalidStateError, LifecycleError
@@ -32,7 +33,7 @@ from cyclone._kinds import Step
 from cyclone._leases import LeaseKeeper
 from cyclone._loops import every
 from cyclone._options import seconds, validate_int, validate_queue
-from cyclone._producer import Producer, most_ahead
+from cyclone._producer import Producer
 from cyclone._resource import AsyncResource
 from cyclone._scheduler import Scheduler
 from cyclone._served import check_served

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import cyclone
-from cyclone import _producer
+from cyclone import _ahead, _producer
 from cyclone import _queries as db
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import fast_worker
@@ -123,7 +123,7 @@ async def test_short_handlers_claim_ahead_and_never_run_more_than_their_slots(
 async def test_long_handlers_claim_nothing_ahead(
     env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_producer, "AHEAD_BELOW", 0.01)
+    monkeypatch.setattr(_ahead, "AHEAD_BELOW", 0.01)
     gate.pause = 0.05  # each warm-up handler takes longer than AHEAD_BELOW
     async with fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}) as worker:
         await warmed_then_blocked(env, worker)
@@ -277,7 +277,7 @@ async def test_a_limit_set_while_tasks_wait_ahead_gets_them_back(env: CycloneEnv
     claim, which finds the limit, instead of starting in slots the limit does not allow."""
     slots = 2
     # Fewer than the worker may hold ahead: room is left, so the next poll claims.
-    quick = list(range(10, 10 + _producer.most_ahead(slots) - slots))
+    quick = list(range(10, 10 + _ahead.most_ahead(slots) - slots))
     async with fast_worker(env.client, steps=[work], queues={"ahead": slots}) as worker:
         await work.enqueue_many(env.client, list(range(2 * slots)))
         await asyncio.wait_for(worker.drain(), 60)  # the queue's handlers are short
@@ -313,7 +313,7 @@ async def test_the_next_claim_is_in_flight_while_the_last_ones_attempts_run(
         producer = worker._producers["ahead"]
         in_flight: list[bool] = []
         gate.watch = lambda: in_flight.append(bool(producer._claims))
-        first = SLOTS + _producer.most_ahead(SLOTS)  # what the first claim takes
+        first = SLOTS + _ahead.most_ahead(SLOTS)  # what the first claim takes
         await work.enqueue_many(env.client, [0] * (2 * first))  # none blocking
         await asyncio.wait_for(worker.drain(), 60)
     assert len(in_flight) == 2 * first
@@ -321,3 +321,26 @@ async def test_the_next_claim_is_in_flight_while_the_last_ones_attempts_run(
     # claim took all the queue holds); every later attempt of the first claim runs with
     # the next claim in flight.
     assert all(in_flight[SLOTS:first]), in_flight[:first]
+
+
+async def test_a_claim_cancelled_before_it_starts_leaks_nothing(env: CycloneEnv) -> None:
+    """A claim task cancelled before its first step never runs its body: what it reserved
+    is given back all the same, and the queue goes on claiming (a claim that stayed counted
+    as in flight would stop every later one)."""
+    async with fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}) as worker:
+        producer = worker._producers["ahead"]
+        await asyncio.wait_for(worker.drain(), 60)
+
+        async def no_claim_in_flight() -> bool:  # a poll's claim may be
+            return not producer._claims
+
+        await until(no_claim_in_flight, "a moment with no claim in flight")
+        assert producer._start_claims()  # in the same pass: nothing ran in between
+        claims = list(producer._claims)
+        for task in claims:
+            task.cancel()
+        await asyncio.wait(claims)
+        await asyncio.sleep(0)  # the tasks' done callbacks
+        assert not producer._claims and producer._reserved == 0
+        run = await work.enqueue(env.client, 1)
+        assert await run.result(timeout=30) == 1

@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import cyclone
-from cyclone import _producer, _worker
+from cyclone import _ahead, _worker
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
 
@@ -88,7 +88,7 @@ async def test_unwritten_outcomes_hold_back_claims(cyclone_env: CycloneEnv) -> N
     task it may claim ahead: one more task stays in its queue while those completions wait,
     and runs once they are written."""
     probe.reset()
-    bound = _worker.UNWRITTEN_PER_SLOT * (1 + _producer.most_ahead(1))
+    bound = _worker.UNWRITTEN_PER_SLOT * (1 + _ahead.most_ahead(1))
     assert bound > 2  # more than the slot's own two
     runs = [await quick.enqueue(cyclone_env.client, i) for i in range(bound + 1)]
     worker = fast_worker(cyclone_env.client, steps=[quick], queues={"pipe": 1})
