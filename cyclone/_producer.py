@@ -30,10 +30,17 @@ import functools
 import logging
 import time
 
-from cyclone import _attempt
 from cyclone import _queries as db
 from cyclone._ahead import Pace, most_ahead
-from cyclone._attempt import Claimed, Completed, CompletionAborted, HandedBack, Lost, Outcome
+from cyclone._attempt import (
+    Claimed,
+    Claiming,
+    Completed,
+    CompletionAborted,
+    HandedBack,
+    Lost,
+    Outcome,
+)
 from cyclone._completer import Completer
 from cyclone._database import Database, Held
 from cyclone._executor import Executor
@@ -64,7 +71,7 @@ class Producer:
         observers: Observers,
         name: str,
         limit: int,
-        claiming: _attempt.Claiming,
+        claiming: Claiming,
         *,
         executor: Executor,
         completer: Completer,
@@ -232,9 +239,9 @@ class Producer:
         self._last_claim_full = len(rows) == limit
         self._held, self._retry_in = rows.held, rows.retry_in  # flow control
         # The next claim goes out before these attempts start (see freed).
-        task = asyncio.current_task()
-        assert task is not None
-        self._claim_ended(task, limit)
+        claim = asyncio.current_task()
+        assert claim is not None
+        self._claim_ended(claim, limit)
         for claimed, turn in attempts:
             task = loop.create_task(self._attempt(claimed, turn), name=f"cyclone-task-{claimed.id}")
             self._leases.hold(claimed, task)
@@ -383,8 +390,9 @@ class Producer:
             self._running -= 1
         # Handlers that do not wait pass the slots on within this pass of the event loop:
         # while tasks claimed ahead wait, claim now (once _room allows), not in the
-        # producer's own pass, which comes after them all, the slots then idle.
-        ahead = bool(self._waiting) and not self._stopping
+        # producer's own pass, which comes after them all, the slots then idle. With a
+        # claim in flight there is no room: it is the one claim ahead, and the slots are full.
+        ahead = bool(self._waiting) and not self._claims and not self._stopping
         if (self._last_claim_full or self._held or self._stopping) and not (
             ahead and self._start_claims()
         ):
