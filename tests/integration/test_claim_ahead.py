@@ -344,3 +344,40 @@ async def test_a_claim_cancelled_before_it_starts_leaks_nothing(env: CycloneEnv)
         assert not producer._claims and producer._reserved == 0
         run = await work.enqueue(env.client, 1)
         assert await run.result(timeout=30) == 1
+
+
+async def test_a_claim_ahead_whose_connection_dies_leaves_nothing_behind(
+    env: CycloneEnv,
+) -> None:
+    """The claim that goes out while tasks claimed ahead wait loses its connection under
+    its statement: it claimed nothing, its reservation is given back, the queue claims
+    again, and every job runs once, on its first attempt."""
+    async with fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}) as worker:
+        await work.enqueue_many(env.client, list(range(2 * SLOTS)))  # the queue counts as short
+        await asyncio.wait_for(worker.drain(), 60)
+        first = SLOTS + _ahead.most_ahead(SLOTS)  # what the first claim takes
+        # One kill, at a row of the claim after the first (sent while the first one's tasks
+        # run): the sequence is not transactional, so the rollback does not re-arm it.
+        await env.pool.execute(
+            "CREATE SEQUENCE claimed_rows;"
+            "CREATE FUNCTION kill_at() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN IF nextval('claimed_rows') = TG_ARGV[0]::int THEN"
+            "   PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5); END IF;"
+            " RETURN NEW; END $$;"
+            "CREATE TRIGGER kill_claim BEFORE UPDATE ON cyclone_tasks FOR EACH ROW"
+            " WHEN (OLD.state = 'available' AND NEW.state = 'running')"
+            f" EXECUTE FUNCTION kill_at('{first + 2}')"
+        )
+        gate.calls.clear()
+        await work.enqueue_many(env.client, [0] * (3 * first))  # none blocking
+        await asyncio.wait_for(worker.drain(), 60)
+        producer = worker._producers["ahead"]
+        assert producer._reserved == 0 and not producer._waiting
+    killed = await env.pool.fetchval("SELECT last_value FROM claimed_rows")
+    assert killed > first + 2  # the kill happened, and claims went on after it
+    assert len(gate.calls) == 3 * first  # each job ran once
+    attempts = await env.pool.fetch(
+        "SELECT state, attempts, count(*) FROM cyclone_runs GROUP BY state, attempts"
+    )
+    runs = 2 * SLOTS + 3 * first  # the warm-up's too
+    assert [tuple(r) for r in attempts] == [("completed", 1, runs)]
