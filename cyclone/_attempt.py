@@ -40,7 +40,8 @@ _MESSAGE_LIMIT = 2000
 class Claiming:
     """How every producer of a worker claims: as ``worker_id``, tasks of ``kinds`` and nodes
     of ``workflows``, each for a lease of ``lease`` seconds, at most ``claim_batch`` a claim,
-    polling every ``poll_interval`` seconds at the latest."""
+    polling every ``poll_interval`` seconds at the latest; beyond the free slots of a queue
+    whose handlers are short only with ``ahead``."""
 
     worker_id: str
     kinds: list[str]
@@ -48,6 +49,7 @@ class Claiming:
     lease: float
     claim_batch: int
     poll_interval: float
+    ahead: bool
 
 
 @dataclass(frozen=True, slots=True)

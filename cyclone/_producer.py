@@ -11,16 +11,16 @@ A slot is taken from claim until the handler returns (or, when it opened a compl
 transaction, until that commits with its completion); the outcome is then written by the
 completer while the slot runs another attempt.
 
-Claiming ahead: while the queue's handlers are short (their recent mean under
-``AHEAD_BELOW``) and it uses no flow control, a claim (one at a time) may also take tasks
-for which no slot is free yet: at most ``AHEAD_PER_SLOT`` per slot and ``AHEAD_UPTO``
-tasks held in all, slots included (``_ahead.py``), and no more than the slots run in
-``AHEAD_SPAN`` at the mean handler time. Each waits for the next slot freed, first claimed
-first, its lease kept like a running attempt's; no more than ``limit`` handlers ever run at
-once. Claims are larger, and the next one travels while the held tasks run. A task claimed
-ahead goes back to its queue after ``AHEAD_WAIT`` or once a claim finds the queue under
-flow control; a stopping worker hands back at once those not started, and one whose task
-is lost meanwhile never starts.
+Claiming ahead (unless the worker's ``claim_ahead`` is off): while the queue's handlers are
+short (their recent mean under ``AHEAD_BELOW``) and it uses no flow control, a claim (one at
+a time) may also take tasks for which no slot is free yet: at most ``AHEAD_PER_SLOT`` per
+slot and ``AHEAD_UPTO`` tasks held in all, slots included (``_ahead.py``), and no more than
+the slots run in ``AHEAD_SPAN`` at the mean handler time. Each waits for the next slot
+freed, first claimed first, its lease kept like a running attempt's; no more than ``limit``
+handlers ever run at once. Claims are larger, and the next one travels while the held tasks
+run. A task claimed ahead goes back to its queue after ``AHEAD_WAIT`` or once a claim finds
+the queue under flow control; a stopping worker hands back at once those not started, and
+one whose task is lost meanwhile never starts.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class Producer:
         """How many tasks claims may take beyond the free slots (see the module's docstring)."""
         # One claim at a time takes tasks ahead: a larger claim, not a second one (each
         # claim's own cost is what a claim ahead saves).
-        if not self._plain or self._claims or self._stopping:
+        if not (self._claiming.ahead and self._plain) or self._claims or self._stopping:
             return 0
         return self._pace.ahead(self.limit)
 

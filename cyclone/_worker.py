@@ -73,6 +73,10 @@ class Worker(AsyncResource):
     PgBouncer in transaction mode with a setting that cannot work through it.
     ``schedules`` (from :func:`cyclone.schedule`) are declared at start and fired by this
     worker's timer, with the dynamic schedules of what it serves (docs/schedules.md).
+    ``claim_ahead`` lets a queue whose handlers are short claim tasks beyond its free slots,
+    each waiting in this process for a slot (docs/worker.md, "Claiming ahead"); turn it off
+    to claim only for free slots: several processes then share a queue's backlog more
+    evenly, and a task of higher priority enqueued later never waits behind tasks held here.
     """
 
     def __init__(
@@ -88,6 +92,7 @@ class Worker(AsyncResource):
         shutdown_timeout: float = 10.0,
         maintenance_interval: float | None = None,
         claim_batch: int = 100,
+        claim_ahead: bool = True,
         backoff: Callable[[int], float] = exponential_backoff,
         worker_id: str | None = None,
         wait_for_schema: bool = False,
@@ -126,6 +131,9 @@ class Worker(AsyncResource):
             else max(self.poll_interval, min(self.lease / 2, 5.0))
         )
         self.claim_batch = validate_int(claim_batch, what="claim_batch", low=1, high=db.CLAIM_MAX)
+        if not isinstance(claim_ahead, bool):
+            raise InvalidInputError(f"claim_ahead must be True or False, not {claim_ahead!r}")
+        self.claim_ahead = claim_ahead
         self.backoff = backoff
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._kinds = sorted(self._steps)
@@ -140,7 +148,10 @@ class Worker(AsyncResource):
         self._completer = Completer(
             services.database,
             services.publisher,
-            bound=sum(UNWRITTEN_PER_SLOT * (n + most_ahead(n)) for n in self._queues.values()),
+            bound=sum(
+                UNWRITTEN_PER_SLOT * (n + (most_ahead(n) if claim_ahead else 0))
+                for n in self._queues.values()
+            ),
             on_written=self._room_made,
         )
         executor = Executor(
@@ -158,6 +169,7 @@ class Worker(AsyncResource):
             self.lease,
             self.claim_batch,
             self.poll_interval,
+            claim_ahead,
         )
         self._producers = {
             name: Producer(

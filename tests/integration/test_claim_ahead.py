@@ -120,6 +120,30 @@ async def test_short_handlers_claim_ahead_and_never_run_more_than_their_slots(
     )
 
 
+@pytest.mark.parametrize("claim_ahead", [True, False])
+async def test_claim_ahead_off_claims_only_for_free_slots(
+    env: CycloneEnv, monkeypatch: pytest.MonkeyPatch, claim_ahead: bool
+) -> None:
+    """With ``claim_ahead=False`` no claim asks for more tasks than the queue has slots,
+    however short its handlers; on (the default), the same drains claim ahead."""
+    limits: list[int] = []
+    plain = db.task_claim_plain
+
+    async def recorded(*args: Any) -> db.ClaimedRows:
+        limits.append(args[4])  # (conn, queries, queue, kinds, limit, ...)
+        return await plain(*args)
+
+    monkeypatch.setattr(db, "task_claim_plain", recorded)
+    options: dict[str, Any] = {"queues": {"ahead": SLOTS}, "claim_ahead": claim_ahead}
+    async with fast_worker(env.client, steps=[work], **options) as worker:
+        for _ in range(3):
+            await work.enqueue_many(env.client, list(range(8 * SLOTS)))
+            await asyncio.wait_for(worker.drain(), 60)
+    assert len(gate.calls) == 24 * SLOTS
+    assert gate.most <= SLOTS
+    assert (max(limits) > SLOTS) is claim_ahead, limits
+
+
 async def test_long_handlers_claim_nothing_ahead(
     env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -302,6 +302,8 @@ async def test_worker_arguments_are_checked(cyclone_env: CycloneEnv) -> None:
         cyclone.Worker(cyclone_env.client, steps=[double, twin])
     with pytest.raises(cyclone.InvalidInputError, match="claim_batch must be an int from 1 to"):
         cyclone.Worker(cyclone_env.client, steps=[double], claim_batch=1001)
+    with pytest.raises(cyclone.InvalidInputError, match="claim_ahead must be True or False"):
+        cyclone.Worker(cyclone_env.client, steps=[double], claim_ahead="no")  # type: ignore[arg-type]
 
 
 async def test_run_until_cancelled(cyclone_env: CycloneEnv) -> None:
