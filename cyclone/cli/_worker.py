@@ -78,6 +78,13 @@ async def _unless_stopped(stop: asyncio.Event, work: Awaitable[None]) -> bool:
 @click.option("--poll-interval", type=float, default=1.0, show_default=True)
 @click.option("--shutdown-timeout", type=float, default=30.0, show_default=True)
 @click.option(
+    "--no-claim-ahead",
+    "claim_ahead",
+    flag_value=False,
+    default=True,
+    help="Claim only for free slots (docs/worker.md, claiming ahead).",
+)
+@click.option(
     "--max-connections",
     type=click.IntRange(2),
     help="Pool size (default: the queue limits' sum, one per queue, and 4 more).",
@@ -97,6 +104,7 @@ def worker(
     queues: str | None,
     poll_interval: float,
     shutdown_timeout: float,
+    claim_ahead: bool,
     max_connections: int | None,
     wait_for_migrations: bool,
     metrics_port: int | None,
@@ -106,20 +114,26 @@ def worker(
     """Run a worker for TARGET (MODULE:OBJECT) until SIGINT or SIGTERM.
 
     OBJECT is a step, a workflow, a list of them, or a function (sync or async) that takes
-    the client and returns a Worker (configured there: --queues, --poll-interval and
-    --shutdown-timeout do not apply to it). MODULE is imported with the current directory
-    first on sys.path. A first signal stops gracefully; a second stops at once.
-    --metrics-port serves Prometheus metrics (the prometheus extra); --queue-metrics adds the
-    database-wide gauges, to enable in one process per database.
+    the client and returns a Worker (configured there: --queues, --poll-interval,
+    --shutdown-timeout and --no-claim-ahead do not apply to it). MODULE is imported with the
+    current directory first on sys.path. A first signal stops gracefully; a second stops at
+    once. --metrics-port serves Prometheus metrics (the prometheus extra); --queue-metrics
+    adds the database-wide gauges, to enable in one process per database.
     """
     if queue_metrics and metrics_port is None:
         raise Failure("--queue-metrics needs --metrics-port")
     found = read_target(target, load(target))
     limits = parse_queues(queues)
     if callable(found):
+        flags = {
+            "queues": "--queues",
+            "poll_interval": "--poll-interval",
+            "shutdown_timeout": "--shutdown-timeout",
+            "claim_ahead": "--no-claim-ahead",
+        }
         given = [
-            f"--{name.replace('_', '-')}"
-            for name in ("queues", "poll_interval", "shutdown_timeout")
+            flag
+            for name, flag in flags.items()
             if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT
         ]
         if given:
@@ -140,6 +154,7 @@ def worker(
                 queues=limits,
                 poll_interval=poll_interval,
                 shutdown_timeout=shutdown_timeout,
+                claim_ahead=claim_ahead,
             )
         made = found(client)
         if inspect.isawaitable(made):

@@ -105,6 +105,10 @@ async def test_purge_and_stats(cyclone_env: CycloneEnv) -> None:
             ["worker", "tests.cli.app:make_worker", "--queues", "cli=2"],
             "makes its own Worker; --queues would be ignored",
         ),
+        (
+            ["worker", "tests.cli.app:make_worker", "--no-claim-ahead"],
+            "makes its own Worker; --no-claim-ahead would be ignored",
+        ),
     ],
 )
 async def test_errors_are_one_line(cyclone_env: CycloneEnv, args: list[str], message: str) -> None:
@@ -119,7 +123,7 @@ async def test_database_problems_are_one_line() -> None:
     assert "cannot connect" in one_line_error(code, err)
 
 
-async def start_worker(dsn: str) -> asyncio.subprocess.Process:
+async def start_worker(dsn: str, *options: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         SCRIPT,
         "--dsn",
@@ -130,6 +134,7 @@ async def start_worker(dsn: str) -> asyncio.subprocess.Process:
         "cli=4",
         "--poll-interval",
         "0.1",
+        *options,
         cwd=ROOT,
         env=environment(None),
         stderr=asyncio.subprocess.PIPE,
@@ -171,6 +176,49 @@ async def test_second_signal_stops_at_once(cyclone_env: CycloneEnv) -> None:
         "available",
         0,
     )  # given back for another worker
+
+
+@pytest.mark.parametrize("claim_ahead", [True, False])
+async def test_no_claim_ahead_claims_only_for_free_slots(
+    cyclone_env: CycloneEnv, claim_ahead: bool
+) -> None:
+    """Two slots, short handlers so far, then four hour-long ones: by default the worker
+    claims all four (two wait in it for a slot); with --no-claim-ahead the two without a
+    slot stay available for other workers."""
+    started: asyncio.Queue[Any] = asyncio.Queue()
+    listener = await asyncpg.connect(cyclone_env.dsn)
+    await listener.add_listener("cli_started", lambda *a: started.put_nowait(a[-1]))
+    options = ["--queues", "cli=2", "--shutdown-timeout", "0.1"]
+    try:
+        async with reaped(
+            await start_worker(
+                cyclone_env.dsn, *options, *([] if claim_ahead else ["--no-claim-ahead"])
+            )
+        ) as proc:
+            assert await (await echo.enqueue(cyclone_env.client, 1)).result(timeout=60) == 1
+            await slow.enqueue_many(cyclone_env.client, [3600.0] * 4)
+            for _ in range(2):
+                await asyncio.wait_for(started.get(), 60)
+
+            async def running() -> int:
+                n: int = await cyclone_env.pool.fetchval(
+                    "SELECT count(*) FROM cyclone_tasks WHERE state = 'running'"
+                )
+                return n
+
+            if claim_ahead:
+                async with asyncio.timeout(60):
+                    while await running() < 4:  # noqa: ASYNC110 - another process's claims
+                        await asyncio.sleep(0.05)
+            else:
+                # A negative: give the worker a few polls (every 0.1 s) to claim more.
+                await asyncio.sleep(1.0)
+                assert await running() == 2
+            assert started.empty()  # never more handlers than slots
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        await listener.close()
 
 
 async def test_dev_db_serves_until_interrupted() -> None:
