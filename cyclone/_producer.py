@@ -106,9 +106,14 @@ class Producer:
         self._retry_in: float | None = None
         self._missed = False  # a wakeup came while a claim was in flight
         self._plain_at = 0.0  # the loop's time from which to try the plain claim again
+        self._claiming_now = False  # run() has begun and not yet ended
 
     def wake(self) -> None:
         """Claim now (a NOTIFY for this queue, a reconnected listener, a drain)."""
+        # With no claim in flight it starts here, a pass of the event loop sooner than in the
+        # producer's own pass, which decides with one in flight (see _claim_until_stopped).
+        if self._claiming_now and not (self._stopping or self._claims) and self._start_claims():
+            return
         self._wake.set()
 
     def room_made(self) -> None:
@@ -149,10 +154,12 @@ class Producer:
 
     async def run(self) -> None:
         """Claim until stopped; then wait for the claims in flight."""
+        self._claiming_now = True
         try:
             await self._claim_until_stopped()
             await asyncio.gather(*self._claims, return_exceptions=True)
         finally:
+            self._claiming_now = False
             self._connection.release()  # a claim still in flight gives its connection back
 
     async def _claim_until_stopped(self) -> None:

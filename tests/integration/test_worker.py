@@ -241,6 +241,37 @@ async def test_notification_wakes_the_worker_before_the_poll(cyclone_env: Cyclon
         assert worker.poll_interval == 3600
 
 
+async def test_a_wakeup_sends_its_claim_without_waiting_for_the_producers_turn(
+    cyclone_env: CycloneEnv,
+) -> None:
+    quiet = cyclone.Client(cyclone_env.pool, notify=False)  # enqueues that wake nobody
+    client = cyclone_env.client
+    async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
+        producer = worker._producers[double.queue]
+        async with asyncio.timeout(30):  # the claims made as it started are back
+            while producer._claims:
+                await asyncio.wait(set(producer._claims))
+        run = await double.enqueue(quiet, 4)
+        producer.wake()
+        # Idle, the producer starts the claim in wake() itself, not in its own later pass of
+        # the event loop (a wakeup's claim goes out that much sooner).
+        assert len(producer._claims) == 1
+        assert await run.result(timeout=30) == 8
+        # With a claim in flight, a wakeup is left to the producer's pass, which claims
+        # again once that claim is back (the wakeup may be for work it began too early for).
+        run = await double.enqueue(quiet, 5)
+        producer.wake()
+        producer.wake()
+        assert len(producer._claims) == 1
+        assert await run.result(timeout=30) == 10
+        # A stopping producer starts no claim, woken or not.
+        before = set(producer._claims)
+        producer.stop()
+        producer.wake()
+        assert producer._claims <= before
+
+
 async def test_polling_alone_finds_work(cyclone_env: CycloneEnv) -> None:
     quiet = cyclone.Client(cyclone_env.pool, notify=False)
     run = await double.enqueue(quiet, 4)
