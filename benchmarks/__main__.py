@@ -84,10 +84,16 @@ class Bench:
         await self.settle()
         self.keep(await floor.insert_copy(pool, s.jobs))
 
+    async def connect(self) -> asyncpg.Connection:
+        """A connection of its own, outside the pool (for a floor's listener)."""
+        conn: asyncpg.Connection = await asyncpg.connect(self.dsn)
+        return conn
+
     async def enqueue(self) -> None:
         pool, s = self.pool, self.sizes
         await self.rounds(
             lambda: floor.insert_notify(pool, s.calls),
+            lambda: floor.insert_notify_consumed(pool, self.connect, s.calls),
             lambda: embedded.enqueue_with_worker(pool, s.calls),
         )
 
@@ -139,15 +145,17 @@ class Bench:
 
     async def wake(self) -> None:
         pool, s = self.pool, self.sizes
-
-        async def connect() -> asyncpg.Connection:
-            conn: asyncpg.Connection = await asyncpg.connect(self.dsn)
-            return conn
-
-        await self.rounds(
-            lambda: floor.wake_latency(pool, connect, s.samples),
-            lambda: library.wake_latency(pool, s.samples, history=s.wake_history),
-        )
+        # The history is written once, before the rounds: each side then runs on a settled
+        # server, not Cyclone's right after 20,000 fresh rows (and their autovacuum).
+        await truncate(pool)
+        await history.build_history(pool, s.wake_history)
+        try:
+            await self.rounds(
+                lambda: floor.wake_latency(pool, self.connect, s.samples),
+                lambda: library.wake_latency(pool, s.samples),
+            )
+        finally:
+            await truncate(pool)
 
     async def others(self) -> None:
         if gone := others.missing():
