@@ -13,6 +13,9 @@ printed as ratios to: what is left over is the library's own cost.
   committing on its own, as an HTTP handler enqueuing one job would.
 - ``insert_notify``: one ``INSERT`` and one ``pg_notify`` per transaction, sequential, on one
   connection held throughout: the floor for an enqueue that wakes a worker.
+- ``insert_notify_consumed``: ``insert_notify`` while a ``LISTEN``ing connection in the same
+  process deletes each job as it is notified: the floor for an enqueue beside an embedded
+  worker, which has to pay for that worker's work on the same machine.
 - ``drain_delete``: concurrent clients, each holding a connection, claim a batch with
   ``FOR UPDATE SKIP LOCKED`` and complete it by ``DELETE`` in one statement. The fastest raw
   queue: no leases, retries or history.
@@ -168,17 +171,55 @@ async def insert_single(pool: asyncpg.Pool, n: int = 2_000) -> Figure:
     return Figure("insert_single", n / elapsed, "calls/s", f"n={n} sequential")
 
 
-async def insert_notify(pool: asyncpg.Pool, n: int = 2_000) -> Figure:
-    """Sequential transactions of one INSERT and one NOTIFY on one connection; calls/s."""
-    payloads = _payloads(n)
-    async with _jobs_table(pool), pool.acquire() as conn:
+async def _insert_notify(pool: asyncpg.Pool, payloads: list[str]) -> float:
+    """Sequential transactions of one INSERT and one NOTIFY on one connection; seconds."""
+    async with pool.acquire() as conn:
         start = time.perf_counter()
         for payload in payloads:
             async with conn.transaction():
                 await conn.execute(_INSERT_ONE, QUEUE, payload)
                 await conn.execute(_NOTIFY, CHANNEL, QUEUE)
-        elapsed = time.perf_counter() - start
+        return time.perf_counter() - start
+
+
+async def insert_notify(pool: asyncpg.Pool, n: int = 2_000) -> Figure:
+    """Sequential transactions of one INSERT and one NOTIFY on one connection; calls/s."""
+    payloads = _payloads(n)
+    async with _jobs_table(pool):
+        elapsed = await _insert_notify(pool, payloads)
     return Figure("insert_notify", n / elapsed, "calls/s", f"n={n} one connection")
+
+
+async def insert_notify_consumed(pool: asyncpg.Pool, connect: Connect, n: int = 2_000) -> Figure:
+    """insert_notify while a consumer in this process, on its own LISTENing connection, takes
+    each job as it is notified with one durable DELETE (claim and completion in one statement:
+    the least any consumer does); calls/s over the inserts alone, as enqueue+worker's."""
+    payloads = _payloads(n)
+    notified = asyncio.Event()
+    async with _jobs_table(pool):
+        listener = await connect()
+
+        async def consume() -> None:
+            taken = 0
+            while taken < n:
+                await notified.wait()
+                notified.clear()
+                while await listener.fetchrow(_CLAIM_ONE, QUEUE) is not None:
+                    taken += 1
+
+        try:
+            await listener.add_listener(CHANNEL, lambda *_: notified.set())
+            consumer = asyncio.create_task(consume())
+            elapsed = await _insert_notify(pool, payloads)
+            await asyncio.wait_for(consumer, 600)
+        finally:
+            await listener.close()
+    return Figure(
+        "insert_notify_consumed",
+        n / elapsed,
+        "calls/s",
+        f"n={n} one connection, each job DELETEd by a listener in this process",
+    )
 
 
 async def _drain(
@@ -272,6 +313,7 @@ async def run_all(pool: asyncpg.Pool, connect: Connect) -> list[Figure]:
         await insert_copy(pool),
         await insert_single(pool),
         await insert_notify(pool),
+        await insert_notify_consumed(pool, connect),
         await drain_delete(pool),
         await drain_update(pool),
     ]

@@ -30,6 +30,7 @@ FLOORS = [
     Row("enqueue_many, jobs/s", "enqueue_many", "insert_unnest", 0.75),
     Row("enqueue, calls/s (no worker)", "enqueue", "insert_single", 0.75),
     Row("enqueue + embedded worker, calls/s", "enqueue+worker", "insert_notify", 0.85),
+    Row("the same, floor beside a raw consumer", "enqueue+worker", "insert_notify_consumed"),
     Row("drain c16, embedded worker, jobs/s", "drain c16", "drain_delete", 0.5),
     Row("drain c200, embedded worker, jobs/s", "drain c200", "drain_delete", 0.6),
     Row("drain c200, worker process, jobs/s", "drain", "drain_delete", 0.25),
