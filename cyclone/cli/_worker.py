@@ -78,6 +78,20 @@ async def _unless_stopped(stop: asyncio.Event, work: Awaitable[None]) -> bool:
 @click.option("--poll-interval", type=float, default=1.0, show_default=True)
 @click.option("--shutdown-timeout", type=float, default=30.0, show_default=True)
 @click.option(
+    "--lease",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a claimed task is this worker's without a heartbeat (every lease / 3).",
+)
+@click.option(
+    "--claim-batch",
+    type=click.IntRange(1, db.CLAIM_MAX),
+    default=100,
+    show_default=True,
+    help="Most tasks one claim takes.",
+)
+@click.option(
     "--no-claim-ahead",
     "claim_ahead",
     flag_value=False,
@@ -104,6 +118,8 @@ def worker(
     queues: str | None,
     poll_interval: float,
     shutdown_timeout: float,
+    lease: float,
+    claim_batch: int,
     claim_ahead: bool,
     max_connections: int | None,
     wait_for_migrations: bool,
@@ -115,10 +131,11 @@ def worker(
 
     OBJECT is a step, a workflow, a list of them, or a function (sync or async) that takes
     the client and returns a Worker (configured there: --queues, --poll-interval,
-    --shutdown-timeout and --no-claim-ahead do not apply to it). MODULE is imported with the
-    current directory first on sys.path. A first signal stops gracefully; a second stops at
-    once. --metrics-port serves Prometheus metrics (the prometheus extra); --queue-metrics
-    adds the database-wide gauges, to enable in one process per database.
+    --shutdown-timeout, --lease, --claim-batch and --no-claim-ahead do not apply to it).
+    MODULE is imported with the current directory first on sys.path. A first signal stops
+    gracefully; a second stops at once. --metrics-port serves Prometheus metrics (the
+    prometheus extra); --queue-metrics adds the database-wide gauges, to enable in one
+    process per database.
     """
     if queue_metrics and metrics_port is None:
         raise Failure("--queue-metrics needs --metrics-port")
@@ -129,6 +146,8 @@ def worker(
             "queues": "--queues",
             "poll_interval": "--poll-interval",
             "shutdown_timeout": "--shutdown-timeout",
+            "lease": "--lease",
+            "claim_batch": "--claim-batch",
             "claim_ahead": "--no-claim-ahead",
         }
         given = [
@@ -154,6 +173,8 @@ def worker(
                 queues=limits,
                 poll_interval=poll_interval,
                 shutdown_timeout=shutdown_timeout,
+                lease=lease,
+                claim_batch=claim_batch,
                 claim_ahead=claim_ahead,
             )
         made = found(client)

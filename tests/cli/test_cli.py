@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import signal
 from typing import Any
@@ -109,6 +110,11 @@ async def test_purge_and_stats(cyclone_env: CycloneEnv) -> None:
             ["worker", "tests.cli.app:make_worker", "--no-claim-ahead"],
             "makes its own Worker; --no-claim-ahead would be ignored",
         ),
+        (
+            ["worker", "tests.cli.app:make_worker", "--lease", "60", "--claim-batch", "5"],
+            "makes its own Worker; --lease, --claim-batch would be ignored",
+        ),
+        (["worker", "tests.cli.app:WORK", "--lease", "nan"], "lease must be"),
     ],
 )
 async def test_errors_are_one_line(cyclone_env: CycloneEnv, args: list[str], message: str) -> None:
@@ -219,6 +225,32 @@ async def test_no_claim_ahead_claims_only_for_free_slots(
             assert await asyncio.wait_for(proc.wait(), 60) == 0
     finally:
         await listener.close()
+
+
+async def test_lease_and_claim_batch_reach_the_worker(cyclone_env: CycloneEnv) -> None:
+    """Four hour-long jobs, available at once, for four slots: claims of one task each start
+    them at four different times (one claim would start all four at its own), and each
+    lease runs out --lease seconds after its claim."""
+    started: asyncio.Queue[Any] = asyncio.Queue()
+    listener = await asyncpg.connect(cyclone_env.dsn)
+    await listener.add_listener("cli_started", lambda *a: started.put_nowait(a[-1]))
+    options = ["--claim-batch", "1", "--lease", "600", "--shutdown-timeout", "0.1"]
+    try:
+        async with reaped(await start_worker(cyclone_env.dsn, *options)) as proc:
+            await slow.enqueue_many(cyclone_env.client, [3600.0] * 4)
+            for _ in range(4):
+                await asyncio.wait_for(started.get(), 60)
+            row = await cyclone_env.pool.fetchrow(
+                "SELECT count(DISTINCT started_at) AS starts,"
+                " array_agg(DISTINCT lease_until - started_at) AS leases"
+                " FROM cyclone_tasks WHERE state = 'running'"
+            )
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        await listener.close()
+    assert row["starts"] == 4
+    assert row["leases"] == [dt.timedelta(seconds=600)]  # no heartbeat yet: every lease / 3
 
 
 async def test_dev_db_serves_until_interrupted() -> None:
