@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable
 
@@ -30,6 +31,28 @@ async def wait_woken(wake: asyncio.Event, timeout: float) -> bool:
         async with asyncio.timeout(timeout):  # no extra task, unlike wait_for
             await wake.wait()
     return wake.is_set()
+
+
+class Poll:
+    """A loop's wait between passes: until ``wake`` is set, or a timeout after the wait
+    began or after the last :meth:`restart`, whichever is later (a pass made outside the
+    loop, as by a wakeup handled where it came, counts as one)."""
+
+    def __init__(self, wake: asyncio.Event) -> None:
+        self.wake = wake
+        self._restarted_at = -math.inf
+
+    def restart(self) -> None:
+        """A pass was made outside the loop: the timeout counts from now."""
+        self._restarted_at = asyncio.get_running_loop().time()
+
+    async def wait(self, timeout: Callable[[], float]) -> None:
+        """Until woken, or ``timeout()`` seconds after this wait or the last restart."""
+        loop = asyncio.get_running_loop()
+        while True:
+            since = loop.time()
+            if await wait_woken(self.wake, timeout()) or self._restarted_at <= since:
+                return
 
 
 async def every(

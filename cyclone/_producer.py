@@ -1,31 +1,26 @@
 """The producer of one queue: claims as many tasks as it has room for and runs an attempt
 for each.
 
-It claims when woken by a NOTIFY for its queue, by a freed slot after a full claim (more is
-probably waiting), by room made in the completer's buffer, or by a jittered poll, which is
-the correctness floor when a notification is lost. Room is the queue's free slots, bounded
-by what the completer's buffer still takes: outcomes waiting to be written hold back
-claims, so a slow database slows claiming instead of piling up outcomes.
-
-A slot is taken from claim until the handler returns (or, when it opened a completion
-transaction, until that commits with its completion); the outcome is then written by the
-completer while the slot runs another attempt.
+It claims when woken (a NOTIFY for its queue, handled in ``wake()`` itself when no claim is
+in flight), by a freed slot after a full claim, by room made in the completer's buffer, or
+by a jittered poll, the correctness floor when a notification is lost. Room is the free
+slots, bounded by what the completer's buffer still takes: a slow database slows claiming
+instead of piling up outcomes. A slot is taken from claim until the handler returns (or its
+completion transaction commits); the completer writes the outcome meanwhile.
 
 Claiming ahead (unless the worker's ``claim_ahead`` is off): while the queue's handlers are
-short (their recent mean under ``AHEAD_BELOW``) and it uses no flow control, a claim (one at
-a time) may also take tasks for which no slot is free yet: at most ``AHEAD_PER_SLOT`` per
-slot and ``AHEAD_UPTO`` tasks held in all, slots included (``_ahead.py``), and no more than
-the slots run in ``AHEAD_SPAN`` at the mean handler time. Each waits for the next slot
-freed, first claimed first, its lease kept like a running attempt's; no more than ``limit``
-handlers ever run at once. Claims are larger, and the next one travels while the held tasks
-run. A task claimed ahead goes back to its queue after ``AHEAD_WAIT`` or once a claim finds
-the queue under flow control; a stopping worker hands back at once those not started, and
-one whose task is lost meanwhile never starts.
+short (mean under ``AHEAD_BELOW``) and it uses no flow control, one claim at a time may
+also take tasks with no free slot yet, within the limits of ``_ahead.py``. Each waits for
+the next slot freed, first claimed first, its lease kept; no more than ``limit`` handlers
+run at once, and the next claim travels while the held tasks run. A task claimed ahead goes
+back after ``AHEAD_WAIT``, once a claim finds the queue under flow control, or at once when
+the worker stops; one whose task is lost meanwhile never starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import time
@@ -45,7 +40,7 @@ from cyclone._completer import Completer
 from cyclone._database import Database, Held
 from cyclone._executor import Executor
 from cyclone._leases import LeaseKeeper
-from cyclone._loops import jittered, wait_woken
+from cyclone._loops import Poll, jittered
 from cyclone._observe import Observers
 
 logger = logging.getLogger("cyclone")
@@ -107,12 +102,14 @@ class Producer:
         self._missed = False  # a wakeup came while a claim was in flight
         self._plain_at = 0.0  # the loop's time from which to try the plain claim again
         self._claiming_now = False  # run() has begun and not yet ended
+        self._poll = Poll(self._wake)
+        self._context = contextvars.copy_context()  # the claims', set by run()
 
     def wake(self) -> None:
-        """Claim now (a NOTIFY for this queue, a reconnected listener, a drain)."""
-        # With no claim in flight it starts here, a pass of the event loop sooner than in the
-        # producer's own pass, which decides with one in flight (see _claim_until_stopped).
+        """Claim now (a NOTIFY for this queue, a reconnected listener, a drain): from here, a
+        pass of the event loop sooner, unless a claim is in flight (then the loop decides)."""
         if self._claiming_now and not (self._stopping or self._claims) and self._start_claims():
+            self._poll.restart()  # the next poll is an interval from now
             return
         self._wake.set()
 
@@ -129,9 +126,9 @@ class Producer:
         self._hand_back(list(self._waiting), "shutdown")
 
     def _ahead(self) -> int:
-        """How many tasks claims may take beyond the free slots (see the module's docstring)."""
-        # One claim at a time takes tasks ahead: a larger claim, not a second one (each
-        # claim's own cost is what a claim ahead saves).
+        """How many tasks claims may take beyond the free slots (see the module's docstring):
+        one claim at a time, a larger claim rather than a second (each claim's own cost is
+        what a claim ahead saves)."""
         if not (self._claiming.ahead and self._plain) or self._claims or self._stopping:
             return 0
         return self._pace.ahead(self.limit)
@@ -155,6 +152,8 @@ class Producer:
     async def run(self) -> None:
         """Claim until stopped; then wait for the claims in flight."""
         self._claiming_now = True
+        # Claims run in this context, whoever starts them (wake() runs in an enqueuer's).
+        self._context = contextvars.copy_context()
         try:
             await self._claim_until_stopped()
             await asyncio.gather(*self._claims, return_exceptions=True)
@@ -167,13 +166,13 @@ class Producer:
             # Cleared before claiming: a wakeup that arrives during the claim is kept.
             self._wake.clear()
             started = self._start_claims()
-            # Woken while a claim was in flight that may have begun before the work it was
-            # woken for committed: claim again once that claim is back.
+            # Woken during a claim that may have begun before the work committed: claim again.
             self._missed = self._missed or (not started and bool(self._claims))
-            timeout = jittered(self._claiming.poll_interval)
-            if self._held and self._retry_in:  # flow control: the next token is due then
-                timeout = min(timeout, self._retry_in)
-            await wait_woken(self._wake, timeout)
+            await self._poll.wait(self._poll_in)
+
+    def _poll_in(self) -> float:
+        poll = jittered(self._claiming.poll_interval)  # or, under flow control, the next token
+        return min(poll, self._retry_in) if self._held and self._retry_in else poll
 
     def _start_claims(self) -> bool:
         """Start a first claim, and more at once only while claims come back full; whether
@@ -187,7 +186,8 @@ class Producer:
             if room <= 0:
                 break
             self._reserved += room
-            task = loop.create_task(self._claim(room, ahead), name=f"cyclone-claim-{self.name}")
+            claim, name = self._claim(room, ahead), f"cyclone-claim-{self.name}"
+            task = loop.create_task(claim, name=name, context=self._context.copy())
             self._claims.add(task)
             # Ended by _claim_and_start once its rows are in, else (it failed, or was
             # cancelled, even before its first step) here.

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
+from typing import Any
 
 import asyncpg
 import pytest
 
 import cyclone
+from cyclone import _queries as db
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, count_rows, fast_worker
 
@@ -241,26 +244,42 @@ async def test_notification_wakes_the_worker_before_the_poll(cyclone_env: Cyclon
         assert worker.poll_interval == 3600
 
 
+async def settled(producer: Any) -> None:
+    """Until the claims the worker made as it started are back, and its producer's loop has
+    had every wakeup so far (it waits for the next one)."""
+    async with asyncio.timeout(30):
+        while producer._claims or producer._wake.is_set():
+            if producer._claims:
+                await asyncio.wait(set(producer._claims))
+            else:
+                await asyncio.sleep(0)  # the producer's pass, which clears the wakeup
+
+
 async def test_a_wakeup_sends_its_claim_without_waiting_for_the_producers_turn(
     cyclone_env: CycloneEnv,
 ) -> None:
-    quiet = cyclone.Client(cyclone_env.pool, notify=False)  # enqueues that wake nobody
     client = cyclone_env.client
+
+    async def quietly(n: int) -> cyclone.ResultRun[int]:
+        """Enqueued in a transaction of our own, its wakeup never published: none comes."""
+        async with cyclone_env.pool.acquire() as conn, conn.transaction():
+            return await double.enqueue_tx(client, conn, n)
+
     async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
         await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         producer = worker._producers[double.queue]
-        async with asyncio.timeout(30):  # the claims made as it started are back
-            while producer._claims:
-                await asyncio.wait(set(producer._claims))
-        run = await double.enqueue(quiet, 4)
+        await settled(producer)
+        run = await quietly(4)
         producer.wake()
         # Idle, the producer starts the claim in wake() itself, not in its own later pass of
-        # the event loop (a wakeup's claim goes out that much sooner).
+        # the event loop (a wakeup's claim goes out that much sooner), which it does not wake
+        # (that pass would claim again once this claim is back).
         assert len(producer._claims) == 1
+        assert not producer._wake.is_set(), "wake() claimed and woke the loop as well"
         assert await run.result(timeout=30) == 8
         # With a claim in flight, a wakeup is left to the producer's pass, which claims
         # again once that claim is back (the wakeup may be for work it began too early for).
-        run = await double.enqueue(quiet, 5)
+        run = await quietly(5)
         producer.wake()
         producer.wake()
         assert len(producer._claims) == 1
@@ -270,6 +289,65 @@ async def test_a_wakeup_sends_its_claim_without_waiting_for_the_producers_turn(
         producer.stop()
         producer.wake()
         assert producer._claims <= before
+
+
+async def test_wakeups_faster_than_the_poll_make_one_claim_each(
+    cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that wake() starts counts as the producer's pass: the poll is due a whole
+    interval after it, so wakeups that come more often than the poll make no polls between
+    them (each poll would be one more claim)."""
+    claims = 0
+    plain = db.task_claim_plain
+
+    async def counted(*args: Any) -> db.ClaimedRows:
+        nonlocal claims
+        claims += 1
+        return await plain(*args)
+
+    monkeypatch.setattr(db, "task_claim_plain", counted)
+    client = cyclone_env.client
+    async with fast_worker(client, steps=[double], poll_interval=0.6) as worker:
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
+        producer = worker._producers[double.queue]
+        await settled(producer)
+        before = claims
+        for i in range(20):
+            assert await (await double.enqueue(client, i)).result(timeout=30) == 2 * i
+            # The workload's pace: a wakeup every 0.15 s or so, the poll every 0.48 to 0.6.
+            await asyncio.sleep(0.15)
+        made = claims - before
+    # One claim per wakeup; a poll only after a gap longer than the poll's (a slow machine).
+    assert 20 <= made <= 22
+
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id")
+contexts_seen: list[str | None] = []
+
+
+@cyclone.step("context_probe")
+async def context_probe(ctx: cyclone.Context, n: int) -> int:
+    contexts_seen.append(request_id.get(None))
+    return n
+
+
+async def test_handlers_do_not_run_in_the_enqueuers_context(cyclone_env: CycloneEnv) -> None:
+    """The in-process wakeup runs in the enqueuing task (as the transaction commits): the
+    claim it starts, and the handlers, still run in the worker's own context."""
+    client = cyclone_env.client
+    contexts_seen.clear()
+    async with fast_worker(client, steps=[context_probe], poll_interval=3600):
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
+        token = request_id.set("request 1")  # after the worker started: the request's own
+        try:
+            async with cyclone_env.pool.acquire() as conn, client.transaction(conn) as tx:
+                run = await context_probe.enqueue_tx(client, tx, 1)
+            assert await run.result(timeout=30) == 1
+            run = await context_probe.enqueue(client, 2)
+            assert await run.result(timeout=30) == 2
+        finally:
+            request_id.reset(token)
+    assert contexts_seen == [None, None]
 
 
 async def test_polling_alone_finds_work(cyclone_env: CycloneEnv) -> None:
