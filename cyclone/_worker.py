@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import random
 import socket
@@ -123,6 +124,8 @@ class Worker(AsyncResource):
         check_served(given, self._queues, self._workflows)
         self.poll_interval = seconds(poll_interval, what="poll_interval")
         self.lease = seconds(lease, what="lease")
+        if not 0 < self.lease < math.inf:  # 0: every claim lost at once, its heartbeat spinning
+            raise InvalidInputError(f"lease must be a number of seconds above 0, not {lease!r}")
         self.heartbeat = seconds(heartbeat, what="heartbeat") if heartbeat else self.lease / 3
         self.shutdown_timeout = seconds(shutdown_timeout, what="shutdown_timeout")
         self.maintenance_interval = (

@@ -79,17 +79,13 @@ async def _unless_stopped(stop: asyncio.Event, work: Awaitable[None]) -> bool:
 @click.option("--shutdown-timeout", type=float, default=30.0, show_default=True)
 @click.option(
     "--lease",
-    type=click.FloatRange(min=0, min_open=True),
+    type=float,
     default=30.0,
     show_default=True,
     help="Seconds a claimed task is this worker's without a heartbeat (every lease / 3).",
 )
 @click.option(
-    "--claim-batch",
-    type=click.IntRange(1, db.CLAIM_MAX),
-    default=100,
-    show_default=True,
-    help="Most tasks one claim takes.",
+    "--claim-batch", type=int, default=100, show_default=True, help="Most tasks a claim takes."
 )
 @click.option(
     "--no-claim-ahead",

@@ -115,6 +115,8 @@ async def test_purge_and_stats(cyclone_env: CycloneEnv) -> None:
             "makes its own Worker; --lease, --claim-batch would be ignored",
         ),
         (["worker", "tests.cli.app:WORK", "--lease", "nan"], "lease must be"),
+        (["worker", "tests.cli.app:WORK", "--lease", "0"], "lease must be a number of seconds"),
+        (["worker", "tests.cli.app:WORK", "--claim-batch", "0"], "claim_batch must be an int"),
     ],
 )
 async def test_errors_are_one_line(cyclone_env: CycloneEnv, args: list[str], message: str) -> None:

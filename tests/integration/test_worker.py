@@ -411,6 +411,9 @@ async def test_worker_arguments_are_checked(cyclone_env: CycloneEnv) -> None:
         cyclone.Worker(cyclone_env.client, steps=[double, twin])
     with pytest.raises(cyclone.InvalidInputError, match="claim_batch must be an int from 1 to"):
         cyclone.Worker(cyclone_env.client, steps=[double], claim_batch=1001)
+    for lease in (0, float("inf")):
+        with pytest.raises(cyclone.InvalidInputError, match="lease must be a number of seconds"):
+            cyclone.Worker(cyclone_env.client, steps=[double], lease=lease)
     with pytest.raises(cyclone.InvalidInputError, match="claim_ahead must be True or False"):
         cyclone.Worker(cyclone_env.client, steps=[double], claim_ahead="no")  # type: ignore[arg-type]
 
