@@ -291,6 +291,43 @@ async def test_a_wakeup_sends_its_claim_without_waiting_for_the_producers_turn(
         assert producer._claims <= before
 
 
+async def test_a_wakeup_for_work_committed_during_a_claim_claims_again(
+    cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit racing a claim: the claim's snapshot is taken before the job commits, and
+    the job's wakeup arrives while that claim is still in flight. The claim comes back
+    empty, and the producer claims again at once, not at the next poll (an hour away)."""
+    plain = db.task_claim_plain
+    gate = asyncio.Event()  # holds the next claim in flight, its rows already read
+    held = asyncio.Event()
+
+    async def gated(*args: Any) -> db.ClaimedRows:
+        rows = await plain(*args)
+        if not gate.is_set():
+            held.set()
+            await gate.wait()
+        return rows
+
+    client = cyclone_env.client
+    async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
+        producer = worker._producers[double.queue]
+        await settled(producer)
+        monkeypatch.setattr(db, "task_claim_plain", gated)
+        producer.wake()  # a claim of an empty queue, held once it has read it
+        await asyncio.wait_for(held.wait(), 30)
+        # Committed after that read. Its wakeup reaches the worker as the block ends (this
+        # process's listeners get it as its NOTIFY goes out), with the claim in flight.
+        async with cyclone_env.pool.acquire() as conn, client.transaction(conn) as tx:
+            run = await double.enqueue_tx(client, tx, 6)
+        assert producer._claims
+        async with asyncio.timeout(30):  # the producer's pass has taken that wakeup
+            while producer._wake.is_set():  # noqa: ASYNC110 - the producer's own pass
+                await asyncio.sleep(0)
+        gate.set()  # the claim comes back with nothing
+        assert await run.result(timeout=30) == 12
+
+
 async def test_wakeups_faster_than_the_poll_make_one_claim_each(
     cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
