@@ -32,11 +32,20 @@ WITH done AS (
                bool_and((SELECT r.state = 'pending' FROM __schema__.cyclone_runs r
                          WHERE r.id = d.run_id)) AS open
         FROM done d
-        JOIN __schema__.cyclone_edges e ON e.run_id = d.run_id AND e.parent = d.node
+        -- Each completed node's edges by key, one look-up per node (OFFSET 0 keeps the
+        -- subquery from being flattened into a join): as a join, the planner rated a hash
+        -- join over a scan of every edge in the history cheaper than the look-ups (with
+        -- 20,000 finished runs, 7 of the statement's 14 ms for 100 nodes). The children
+        -- are then updated by key alone: an anchor on the batch's runs here was scanned
+        -- once per child, which made a batch cost its square.
+        CROSS JOIN LATERAL (
+            SELECT e.run_id, e.child FROM __schema__.cyclone_edges e
+            WHERE e.run_id = d.run_id AND e.parent = d.node
+            OFFSET 0
+        ) e
         GROUP BY e.run_id, e.child
     ) x
     WHERE c.run_id = x.run_id AND c.node = x.child
-      AND c.run_id = ANY (ARRAY(SELECT run_id FROM done))
     RETURNING c.run_id, c.node, c.kind, c.queue, c.priority, c.max_attempts, c.state,
               c.pending_deps, c.signal IS NOT NULL AS signalled
 ), queued AS (
@@ -53,6 +62,9 @@ WITH done AS (
         finished_at = CASE WHEN r.state = 'pending' AND r.remaining = x.n
                            THEN __now__ ELSE r.finished_at END
     FROM (SELECT run_id, count(*)::int AS n FROM done GROUP BY run_id) x
+    -- The anchor gives the planner the batch's runs to read by key (one bitmap scan),
+    -- where a stale plan hashed the batch against a scan of every run; read once (an
+    -- InitPlan), it must not become the inner side of a loop (test_plans.py pins both).
     WHERE r.id = x.run_id AND r.id = ANY (ARRAY(SELECT run_id FROM done))
     RETURNING r.id, r.state
 )
