@@ -41,10 +41,19 @@ class Sizes:
     history: int = 1_000_000  # finished runs under the stale-statistics drain
     cap: float = 60.0  # seconds a stale-statistics drain may take before it is cut short
     wake_history: int = 20_000
+    workflow_history: int = 100_000  # finished chain3 runs under the workflow figures
     samples: int = 200  # wake latency samples
 
 
-QUICK = Sizes(rounds=1, jobs=2_000, calls=500, history=100_000, cap=15.0, samples=100)
+QUICK = Sizes(
+    rounds=1,
+    jobs=2_000,
+    calls=500,
+    history=100_000,
+    cap=15.0,
+    samples=100,
+    workflow_history=10_000,
+)
 
 Measure = Callable[[], Awaitable[Figure | tuple[Figure, ...] | list[Figure]]]
 
@@ -77,6 +86,7 @@ class Bench:
         pool, s = self.pool, self.sizes
         await self.rounds(
             lambda: floor.insert_unnest(pool, s.jobs),
+            lambda: floor.insert_runs_tasks(pool, s.jobs),
             lambda: library.enqueue_many(pool, s.jobs),
             lambda: floor.insert_single(pool, s.calls),
             lambda: library.enqueue_single(pool, s.calls),
@@ -101,6 +111,7 @@ class Bench:
         pool, s = self.pool, self.sizes
         await self.rounds(
             lambda: floor.drain_delete(pool, s.jobs),
+            lambda: floor.drain_runs_tasks(pool, s.jobs),
             lambda: embedded.drain(pool, s.jobs, 16),
             lambda: embedded.drain(pool, s.jobs, 200),
             lambda: library.drain(pool, self.dsn, s.jobs),
@@ -171,10 +182,21 @@ class Bench:
                     self.keep(await lib.figures(s.jobs, s.calls))
 
     async def workflows(self) -> None:
-        pool = self.pool
-        await self.settle()
-        self.keep(await library.workflow_runs(pool, self.dsn, library.chain3, runs=300))
-        self.keep(await library.workflow_runs(pool, self.dsn, library.fanout, runs=20))
+        pool, s = self.pool, self.sizes
+        # Over a history of finished workflow runs (steps and edges), which node transitions
+        # must read by key, as the claims read runs.
+        await truncate(pool)
+        await history.build_workflow_history(pool, library.chain3, s.workflow_history)
+        try:
+            await self.settle()
+            self.keep(await library.workflow_runs(pool, self.dsn, library.chain3, runs=300))
+            self.keep(await library.workflow_runs(pool, self.dsn, library.fanout, runs=20))
+        finally:
+            await truncate(pool)
+        self.notes.append(
+            f"chain3 and fanout: over {s.workflow_history:,} finished chain3 runs "
+            f"({3 * s.workflow_history:,} steps, {2 * s.workflow_history:,} edges)"
+        )
         self.keep(await library.submit_rates(pool))
 
 

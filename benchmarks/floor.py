@@ -21,6 +21,14 @@ printed as ratios to: what is left over is the library's own cost.
   queue: no leases, retries or history.
 - ``drain_update``: the same, but completion flips ``state`` from 'available' to 'done' under a
   partial index and rows stay, showing what keeping finished jobs costs against deleting them.
+- ``insert_runs_tasks`` and ``drain_runs_tasks``: ``insert_unnest`` and ``drain_delete`` on
+  copies of Cyclone's own two tables (``LIKE ... INCLUDING ALL``: the same columns, indexes,
+  constraints and storage parameters), doing the least that storage asks of a queue: a run
+  row and a task row per job in one statement; a claim that marks tasks running under a
+  lease (no WAL flush wait, as Cyclone's) and reads each one's run by key, then a durable
+  completion that deletes the tasks it still owns and marks their runs completed. They need
+  Cyclone's schema migrated in ``CYCLONE_SCHEMA``; beside the one-table floors, they show
+  what the storage itself costs, and beside Cyclone, what is left for the library.
 - ``wake_latency``: a producer inserts a row and ``pg_notify``s in one transaction; a listener
   connection claims the row as soon as the notification arrives. Latency runs from just before
   ``COMMIT`` to the claimed row being returned; p50 and p99 in milliseconds.
@@ -40,6 +48,7 @@ import asyncio
 import contextlib
 import statistics
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -47,6 +56,7 @@ import asyncpg
 
 QUEUE = "q"
 CHANNEL = "floor_wake"
+CYCLONE_SCHEMA = "public"  # where the two-table floors copy Cyclone's tables from
 CLIENTS = 16
 PREFILL_BATCH = 1_000
 
@@ -95,6 +105,53 @@ DELETE FROM floor.jobs WHERE id = (
     SELECT id FROM floor.jobs WHERE queue = $1
     ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
 ) RETURNING id
+"""
+
+# The two-table floors: floor.runs and floor.tasks, copies of Cyclone's tables.
+_TWO_TABLES_RESET = (
+    "CREATE SCHEMA IF NOT EXISTS floor; DROP TABLE IF EXISTS floor.runs, floor.tasks"
+)
+_TABLE_OPTIONS = """
+SELECT array_to_string(reloptions, ', ') FROM pg_class
+WHERE oid = to_regclass(quote_ident($1) || '.' || quote_ident($2))
+"""
+_INSERT_RUNS_TASKS = """
+WITH run AS (
+    INSERT INTO floor.runs (id, name, job, input, queue, nodes, remaining, max_attempts)
+    SELECT i.id, 'floor', true, i.input, $3, 1, 1, 3
+    FROM ROWS FROM (unnest($1::uuid[]), jsonb_array_elements($2::jsonb)) AS i (id, input)
+)
+INSERT INTO floor.tasks (run_id, kind, queue, max_attempts)
+SELECT i.id, 'floor', $3, 3 FROM unnest($1::uuid[]) AS i (id)
+"""
+_CLAIM_RUNS_TASKS = """
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+), chosen AS (
+    SELECT run_id, id FROM floor.tasks
+    WHERE state = 'available' AND queue = $1 AND group_key = '' AND available_at <= now()
+    ORDER BY priority DESC, available_at, id LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE floor.tasks t
+SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
+    lease_until = now() + interval '30 seconds', worker = 'floor', started_at = now()
+FROM chosen, async_commit
+WHERE t.run_id = chosen.run_id AND t.id = chosen.id
+RETURNING t.run_id, t.id, t.claims, (SELECT r.input FROM floor.runs r WHERE r.id = t.run_id)
+"""
+_COMPLETE_RUNS_TASKS = """
+WITH done AS (
+    DELETE FROM floor.tasks t
+    USING unnest($1::uuid[], $2::bigint[], $3::int[]) AS c (run_id, id, claims)
+    WHERE t.run_id = c.run_id AND t.id = c.id AND t.claims = c.claims AND t.state = 'running'
+    RETURNING t.run_id, t.attempt
+)
+UPDATE floor.runs r
+SET state = 'completed', output = 'null', remaining = 0, attempts = d.attempt,
+    finished_at = now()
+FROM done d
+WHERE r.id = d.run_id
 """
 
 
@@ -157,6 +214,89 @@ async def insert_copy(pool: asyncpg.Pool, n: int = 10_000, batch: int = 1_000) -
             )
         elapsed = time.perf_counter() - start
     return Figure("insert_copy", n / elapsed, "rows/s", f"n={n} batch={batch}")
+
+
+async def has_cyclone_tables(pool: asyncpg.Pool) -> bool:
+    """Whether Cyclone's tables are in CYCLONE_SCHEMA, for the two-table floors to copy."""
+    found = await pool.fetchval(
+        "SELECT to_regclass(quote_ident($1) || '.cyclone_tasks')", CYCLONE_SCHEMA
+    )
+    return found is not None
+
+
+@contextlib.asynccontextmanager
+async def _runs_tasks_tables(pool: asyncpg.Pool) -> AsyncIterator[None]:
+    """floor.runs and floor.tasks as copies of Cyclone's tables for the block, then dropped."""
+    await pool.execute(_TWO_TABLES_RESET)
+    for copy, table in (("runs", "cyclone_runs"), ("tasks", "cyclone_tasks")):
+        source = f"{CYCLONE_SCHEMA}.{table}"
+        await pool.execute(f"CREATE TABLE floor.{copy} (LIKE {source} INCLUDING ALL)")
+        # LIKE copies no storage parameters (the task table's fillfactor, for one).
+        if options := await pool.fetchval(_TABLE_OPTIONS, CYCLONE_SCHEMA, table):
+            await pool.execute(f"ALTER TABLE floor.{copy} SET ({options})")
+    try:
+        yield
+    finally:
+        await pool.execute("DROP TABLE floor.runs, floor.tasks")
+
+
+def _ordered_ids(n: int) -> list[uuid.UUID]:
+    """n ids counting up from a random start, as time-ordered ids insert at the key's edge."""
+    first = uuid.uuid4().int & ~((1 << 64) - 1)
+    return [uuid.UUID(int=first + i) for i in range(n)]
+
+
+async def _insert_runs_tasks(
+    conn: asyncpg.pool.PoolConnectionProxy, chunks: list[list[str]]
+) -> None:
+    """Insert each chunk of payloads as jobs of the two tables, one statement a chunk (the
+    chunk's payloads as one JSON array: one parameter, not an array of texts)."""
+    ids = _ordered_ids(sum(len(chunk) for chunk in chunks))
+    arrays = ["[" + ",".join(chunk) + "]" for chunk in chunks]
+    lo = 0
+    for chunk, array in zip(chunks, arrays, strict=True):
+        await conn.execute(_INSERT_RUNS_TASKS, ids[lo : lo + len(chunk)], array, QUEUE)
+        lo += len(chunk)
+
+
+async def insert_runs_tasks(pool: asyncpg.Pool, n: int = 10_000, batch: int = 1_000) -> Figure:
+    """insert_unnest into copies of Cyclone's two tables: a run and a task per job; jobs/s."""
+    chunks = _chunks(n, batch)
+    async with _runs_tasks_tables(pool), pool.acquire() as conn:
+        start = time.perf_counter()
+        await _insert_runs_tasks(conn, chunks)
+        elapsed = time.perf_counter() - start
+    return Figure("insert_runs_tasks", n / elapsed, "jobs/s", f"n={n} batch={batch}")
+
+
+async def drain_runs_tasks(
+    pool: asyncpg.Pool, n: int = 10_000, clients: int = CLIENTS, batch: int = 10
+) -> Figure:
+    """drain_delete on copies of Cyclone's two tables: each client claims a batch (a lease,
+    no WAL flush wait, the runs read by key) and completes it durably (the tasks it still
+    owns deleted, their runs completed); jobs/s."""
+
+    async def client() -> int:
+        done = 0
+        async with pool.acquire() as conn:
+            while rows := await conn.fetch(_CLAIM_RUNS_TASKS, QUEUE, batch):
+                run_ids, ids, claims = zip(*((r[0], r[1], r[2]) for r in rows), strict=True)
+                await conn.execute(_COMPLETE_RUNS_TASKS, run_ids, ids, claims)
+                done += len(rows)
+        return done
+
+    async with _runs_tasks_tables(pool):
+        async with pool.acquire() as conn:
+            await _insert_runs_tasks(conn, _chunks(n, PREFILL_BATCH))
+            await conn.execute("ANALYZE floor.runs, floor.tasks")
+        start = time.perf_counter()
+        done = await asyncio.gather(*(client() for _ in range(clients)))
+        elapsed = time.perf_counter() - start
+    if sum(done) != n:
+        raise RuntimeError(f"drain_runs_tasks: completed {sum(done)} jobs, expected {n}")
+    return Figure(
+        "drain_runs_tasks", n / elapsed, "jobs/s", f"n={n} clients={clients} batch={batch}"
+    )
 
 
 async def insert_single(pool: asyncpg.Pool, n: int = 2_000) -> Figure:
@@ -317,6 +457,8 @@ async def run_all(pool: asyncpg.Pool, connect: Connect) -> list[Figure]:
         await drain_delete(pool),
         await drain_update(pool),
     ]
+    if await has_cyclone_tables(pool):
+        figures += [await insert_runs_tasks(pool), await drain_runs_tasks(pool)]
     figures.extend(await wake_latency(pool, connect))
     return figures
 

@@ -6,6 +6,9 @@ job leaves: state, output, attempts, errors, finish time, completing attempt), w
 time-ordered id, input and timestamps. Task rows are deleted on completion, so history lives
 in ``cyclone_runs`` only.
 
+``build_workflow_history`` does the same for a workflow's runs, each copy with copies of the
+template run's steps and edges: the history that node transitions must not scan.
+
 ``claim_plan`` renders the plan PostgreSQL picks for the worker's claim, both as a custom
 plan (the first five executions of a prepared statement) and as the generic plan a
 connection settles on afterwards.
@@ -43,6 +46,41 @@ SELECT
     t.trace, g.i, t.completed_claims
 FROM template t, generate_series(1, $2::int) AS g (i)
 """
+# The same for a workflow: each copy of a completed run brings copies of its steps and edges.
+_WORKFLOW_HISTORY = """
+WITH template AS (
+    SELECT * FROM cyclone_runs WHERE state = 'completed' AND name = $1 LIMIT 1
+), copies AS (
+    SELECT g.i,
+        (lpad(to_hex((extract(epoch FROM t.created_at) * 1000)::bigint - 1 - $2 + g.i), 12, '0')
+         || '7' || substr(md5(g.i::text), 1, 3) || '8' || substr(md5(g.i::text), 4, 15))::uuid
+            AS id,
+        make_interval(secs => ($2 - g.i + 1) / 1000.0) AS earlier
+    FROM template t, generate_series(1, $2::int) AS g (i)
+), runs AS (
+    INSERT INTO cyclone_runs
+        (id, name, job, state, input, output, result_node, key, unique_key, queue, nodes,
+         remaining, priority, max_attempts, attempts, errors, error, deadline, created_at,
+         finished_at, trace, completed_task, completed_claims)
+    SELECT c.id, t.name, t.job, t.state, to_jsonb(c.i), t.output, t.result_node, t.key,
+        t.unique_key, t.queue, t.nodes, t.remaining, t.priority, t.max_attempts, t.attempts,
+        t.errors, t.error, t.deadline, t.created_at - c.earlier, t.finished_at - c.earlier,
+        t.trace, t.completed_task, t.completed_claims
+    FROM template t, copies c
+), steps AS (
+    INSERT INTO cyclone_steps
+        (run_id, node, kind, queue, priority, max_attempts, state, pending_deps, attempts,
+         errors, output, signal, wait_timeout, wait_until, finished_at, completed_task,
+         completed_claims)
+    SELECT c.id, s.node, s.kind, s.queue, s.priority, s.max_attempts, s.state, s.pending_deps,
+        s.attempts, s.errors, s.output, s.signal, s.wait_timeout, s.wait_until,
+        s.finished_at - c.earlier, c.i, s.completed_claims
+    FROM template t JOIN cyclone_steps s ON s.run_id = t.id, copies c
+)
+INSERT INTO cyclone_edges (run_id, parent, child)
+SELECT c.id, e.parent, e.child
+FROM template t JOIN cyclone_edges e ON e.run_id = t.id, copies c
+"""
 _TABLES = ("cyclone_runs", "cyclone_tasks", "cyclone_steps", "cyclone_edges")
 
 
@@ -54,6 +92,20 @@ async def build_history(pool: asyncpg.Pool, n: int) -> None:
         await worker.drain()
     await pool.execute(_HISTORY, noop.name, n, timeout=600)
     await pool.execute("VACUUM ANALYZE cyclone_runs", timeout=600)
+
+
+async def build_workflow_history(
+    pool: asyncpg.Pool, workflow: cyclone.Workflow[int], n: int
+) -> None:
+    """Add ``n`` finished runs of ``workflow`` (with their steps and edges) to the history,
+    then VACUUM ANALYZE it."""
+    client = cyclone.Client(pool)
+    run = await workflow.submit(client, -1)
+    async with cyclone.Worker(client, workflows=[workflow], queues={QUEUE: 4}):
+        if await run.wait(timeout=600) is not cyclone.RunState.COMPLETED:
+            raise RuntimeError(f"the template run {run.id} of {workflow.name} did not complete")
+    await pool.execute(_WORKFLOW_HISTORY, workflow.name, n, timeout=600)
+    await pool.execute("VACUUM ANALYZE cyclone_runs, cyclone_steps, cyclone_edges", timeout=600)
 
 
 async def autovacuum(pool: asyncpg.Pool, *, enabled: bool) -> None:

@@ -28,11 +28,14 @@ class Row:
 # Cyclone against the raw-SQL floors (and the stale drain against the analyzed one).
 FLOORS = [
     Row("enqueue_many, jobs/s", "enqueue_many", "insert_unnest", 0.75),
+    Row("the same, floor into Cyclone's two tables", "enqueue_many", "insert_runs_tasks"),
     Row("enqueue, calls/s (no worker)", "enqueue", "insert_single", 0.75),
     Row("enqueue + embedded worker, calls/s", "enqueue+worker", "insert_notify", 0.85),
     Row("the same, floor beside a raw consumer", "enqueue+worker", "insert_notify_consumed"),
     Row("drain c16, embedded worker, jobs/s", "drain c16", "drain_delete", 0.5),
     Row("drain c200, embedded worker, jobs/s", "drain c200", "drain_delete", 0.6),
+    Row("drain c16, floor on Cyclone's two tables", "drain c16", "drain_runs_tasks"),
+    Row("drain c200, floor on Cyclone's two tables", "drain c200", "drain_runs_tasks"),
     Row("drain c200, worker process, jobs/s", "drain", "drain_delete", 0.25),
     Row("drain c16, 1M history, analyzed", "drain c16 analyzed", "drain_delete"),
     Row("drain c16, 1M history, stale stats", "drain c16 stale", "drain c16 analyzed", 0.9),
@@ -165,4 +168,11 @@ def extras(results: Results) -> list[str]:
     for name in ("insert_copy", "drain_update"):
         if f := results.get(name):
             lines.append(f"- floor {name}: {_value(f)} {f[0].unit} ({f[0].detail})")
+    # What Cyclone's storage costs by itself: its two tables written raw, against one table.
+    for name, one in (("insert_runs_tasks", "insert_unnest"), ("drain_runs_tasks", "drain_delete")):
+        if (f := results.get(name)) and (other := results.get(one)):
+            text, _ = _ratio(f, other)
+            lines.append(
+                f"- floor {name}: {_value(f)} {f[0].unit}, {text} of {one} ({f[0].detail})"
+            )
     return lines
