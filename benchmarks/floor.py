@@ -193,13 +193,27 @@ async def _insert_unnest(conn: asyncpg.pool.PoolConnectionProxy, chunks: list[li
         await conn.execute(_INSERT_UNNEST, [QUEUE] * len(chunk), chunk)
 
 
+Load = Callable[[asyncpg.pool.PoolConnectionProxy, list[list[str]]], Awaitable[None]]
+
+
+async def _timed_load(
+    pool: asyncpg.Pool,
+    tables: contextlib.AbstractAsyncContextManager[None],
+    load: Load,
+    n: int,
+    batch: int,
+) -> float:
+    """Seconds that ``load`` takes to write n payloads in chunks of batch, in ``tables``."""
+    chunks = _chunks(n, batch)
+    async with tables, pool.acquire() as conn:
+        start = time.perf_counter()
+        await load(conn, chunks)
+        return time.perf_counter() - start
+
+
 async def insert_unnest(pool: asyncpg.Pool, n: int = 10_000, batch: int = 1_000) -> Figure:
     """Batched INSERT ... SELECT FROM unnest, one commit per batch; rows/s."""
-    chunks = _chunks(n, batch)
-    async with _jobs_table(pool), pool.acquire() as conn:
-        start = time.perf_counter()
-        await _insert_unnest(conn, chunks)
-        elapsed = time.perf_counter() - start
+    elapsed = await _timed_load(pool, _jobs_table(pool), _insert_unnest, n, batch)
     return Figure("insert_unnest", n / elapsed, "rows/s", f"n={n} batch={batch}")
 
 
@@ -261,11 +275,7 @@ async def _insert_runs_tasks(
 
 async def insert_runs_tasks(pool: asyncpg.Pool, n: int = 10_000, batch: int = 1_000) -> Figure:
     """insert_unnest into copies of Cyclone's two tables: a run and a task per job; jobs/s."""
-    chunks = _chunks(n, batch)
-    async with _runs_tasks_tables(pool), pool.acquire() as conn:
-        start = time.perf_counter()
-        await _insert_runs_tasks(conn, chunks)
-        elapsed = time.perf_counter() - start
+    elapsed = await _timed_load(pool, _runs_tasks_tables(pool), _insert_runs_tasks, n, batch)
     return Figure("insert_runs_tasks", n / elapsed, "jobs/s", f"n={n} batch={batch}")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -39,6 +39,20 @@ def scans(plan: object) -> set[str]:
 async def explain(env: CycloneEnv, name: str, *args: object) -> set[str]:
     text = await env.pool.fetchval(f"EXPLAIN (FORMAT JSON) {env.client.queries[name]}", *args)
     return scans(json.loads(text))
+
+
+Statements = list[tuple[str, tuple[object, ...]]]
+
+
+async def each_plan(env: CycloneEnv, statements: Statements) -> AsyncIterator[tuple[str, str, Any]]:
+    """(name, mode, plan) of each statement, as a connection plans it on its first uses (custom)
+    and once it has settled on its cached plan (generic)."""
+    async with env.pool.acquire() as conn:
+        for mode in ("custom", "generic"):
+            await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
+            for name, args in statements:
+                statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {env.client.queries[name]}")
+                yield name, mode, json.loads(await statement.fetchval(*args))
 
 
 async def test_claim_heartbeat_and_completion_plans(cyclone_env: CycloneEnv) -> None:
@@ -184,7 +198,7 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
         rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 200, 30.0, "w", [])
     run_ids, ids = [r["run_id"] for r in rows], [r["id"] for r in rows]
     claims, n = [r["claims"] for r in rows], len(rows)
-    statements: list[tuple[str, tuple[object, ...]]] = [
+    statements: Statements = [
         ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
         ("task_claim", ("plans", ["plan.noop"], 100, 30.0, "w", ["some.flow"])),
         ("task_claim_plain", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
@@ -205,23 +219,18 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
     for analyzed in ("nothing", "cyclone_tasks"):
         if analyzed == "cyclone_tasks":
             await pool.execute("ANALYZE cyclone_tasks")
-        async with pool.acquire() as conn:
-            for mode in ("custom", "generic"):  # a connection's first plans, and its cached one
-                await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
-                for name, args in statements:
-                    statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {q[name]}")
-                    plan = json.loads(await statement.fetchval(*args))
-                    where = (name, analyzed, mode)
-                    # Runs by key only: never a scan of the history (nor a sort of one).
-                    for node, index, cond in reads_of(plan, "cyclone_runs"):
-                        assert node in ("Index Scan", "Bitmap Heap Scan"), (where, node, plan)
-                        # Pending runs with a deadline; finished runs, oldest first.
-                        if index not in ("idx_runs_deadline", "idx_runs_finished"):
-                            assert index == "cyclone_runs_pkey", (where, index, plan)
-                            assert cond.startswith("(id = "), (where, "all runs", plan)
-                    if name != "task_pending_work":  # a drain's check, which may read them all
-                        tasks = reads_of(plan, "cyclone_tasks")
-                        assert all(i for _, i, _ in tasks), (where, "reads every task", tasks)
+        async for name, mode, plan in each_plan(cyclone_env, statements):
+            where = (name, analyzed, mode)
+            # Runs by key only: never a scan of the history (nor a sort of one).
+            for node, index, cond in reads_of(plan, "cyclone_runs"):
+                assert node in ("Index Scan", "Bitmap Heap Scan"), (where, node, plan)
+                # Pending runs with a deadline; finished runs, oldest first.
+                if index not in ("idx_runs_deadline", "idx_runs_finished"):
+                    assert index == "cyclone_runs_pkey", (where, index, plan)
+                    assert cond.startswith("(id = "), (where, "all runs", plan)
+            if name != "task_pending_work":  # a drain's check, which may read them all
+                tasks = reads_of(plan, "cyclone_tasks")
+                assert all(i for _, i, _ in tasks), (where, "reads every task", tasks)
 
 
 flow = cyclone.define("plan.flow", int)
@@ -268,7 +277,7 @@ async def test_workflow_plans_read_steps_and_edges_by_key_with_stale_statistics(
     run_ids, ids, n = [r["run_id"] for r in rows], [r["id"] for r in rows], len(rows)
     claims, nodes = [r["claims"] for r in rows], [r["node"] for r in rows]
     error = '{"attempt": 1}'
-    statements: list[tuple[str, tuple[object, ...]]] = [
+    statements: Statements = [
         ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", ["plan.flow"])),
         ("task_claim_plain", ("plans", ["plan.noop"], 16, 30.0, "w", ["plan.flow"])),
         ("node_complete_many", (run_ids, ids, claims, ["null"] * n)),
@@ -296,19 +305,14 @@ async def test_workflow_plans_read_steps_and_edges_by_key_with_stale_statistics(
     by_key = {"cyclone_steps": ("cyclone_steps_pkey",), "cyclone_edges": ("cyclone_edges_pkey",)}
     by_key["cyclone_edges"] += ("idx_edges_child",)
     wrong = []
-    async with pool.acquire() as conn:
-        for mode in ("custom", "generic"):
-            await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
-            for name, args in statements:
-                statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {q[name]}")
-                plan = json.loads(await statement.fetchval(*args))
-                for table, keys in by_key.items():
-                    for node, index, cond in reads_of(plan, table):
-                        if index == "idx_steps_wait_until":  # wait nodes due, by their time
-                            continue
-                        first = cond.lstrip("(")  # "((run_id = ...) AND (node = ...))"
-                        if index not in keys or not first.startswith("run_id = "):
-                            wrong.append((name, mode, table, node, index, cond))
+    async for name, mode, plan in each_plan(cyclone_env, statements):
+        for table, keys in by_key.items():
+            for node, index, cond in reads_of(plan, table):
+                if index == "idx_steps_wait_until":  # wait nodes due, by their time
+                    continue
+                first = cond.lstrip("(")  # "((run_id = ...) AND (node = ...))"
+                if index not in keys or not first.startswith("run_id = "):
+                    wrong.append((name, mode, table, node, index, cond))
     assert not wrong, "\n".join(map(str, wrong))
 
 
@@ -339,7 +343,7 @@ async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv)
     async with pool.acquire() as conn:
         rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 30, 30.0, "w", [])
     assert len({r["id"] for r in rows}) == len(rows) > 0
-    statements: list[tuple[str, tuple[object, ...]]] = [
+    statements: Statements = [
         ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
         ("task_claim", ("elsewhere", ["plan.noop"], 16, 30.0, "w", [])),
         ("task_claim_plain", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
@@ -352,21 +356,17 @@ async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv)
     for analyzed in ("nothing", "everything"):
         if analyzed == "everything":
             await pool.execute("ANALYZE")
-        async with pool.acquire() as conn:
-            for mode in ("custom", "generic"):
-                await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
-                for name, args in statements:
-                    statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {q[name]}")
-                    plan = json.loads(await statement.fetchval(*args))
-                    where = (name, analyzed, mode)
-                    for node, index, cond in reads_of(plan, "cyclone_runs"):
-                        assert index == "cyclone_runs_pkey", (where, node, plan)
-                        assert cond.startswith("(id = "), (where, "all runs", plan)
-                    tasks = reads_of(plan, "cyclone_tasks")
-                    assert all(i for _, i, _ in tasks), (where, "reads every task", tasks)
-                    if args[0] == "plans" and name == "task_claim":
-                        used = {i for _, i, _ in tasks}
-                        assert {"idx_tasks_claim", "idx_tasks_lease"} <= used, (where, used)
+        plans = [p async for p in each_plan(cyclone_env, statements)]
+        for (name, mode, plan), (_, args) in zip(plans, statements * 2, strict=True):
+            where = (name, analyzed, mode)
+            for node, index, cond in reads_of(plan, "cyclone_runs"):
+                assert index == "cyclone_runs_pkey", (where, node, plan)
+                assert cond.startswith("(id = "), (where, "all runs", plan)
+            tasks = reads_of(plan, "cyclone_tasks")
+            assert all(i for _, i, _ in tasks), (where, "reads every task", tasks)
+            if args[0] == "plans" and name == "task_claim":
+                used = {i for _, i, _ in tasks}
+                assert {"idx_tasks_claim", "idx_tasks_lease"} <= used, (where, used)
 
 
 def runs_of(plan: object, index: str) -> list[int]:
