@@ -2,8 +2,9 @@
 for each.
 
 It claims when woken (a NOTIFY for its queue, handled in ``wake()`` itself when no claim is
-in flight), by a freed slot after a full claim, by room made in the completer's buffer, or
-by a jittered poll, the correctness floor when a notification is lost. Room is the free
+in flight), by a freed slot after a full claim or a wakeup that found no room, by room made
+in the completer's buffer, or by a jittered poll, the correctness floor when a notification
+is lost. Room is the free
 slots, bounded by what the completer's buffer still takes: a slow database slows claiming
 instead of piling up outcomes. A slot is taken from claim until the handler returns (or its
 completion transaction commits); the completer writes the outcome meanwhile.
@@ -100,6 +101,8 @@ class Producer:
         self._held = False
         self._retry_in: float | None = None
         self._missed = False  # a wakeup came while a claim was in flight
+        # A pass found no room (every slot taken, or the allowance ahead): claim as slots free.
+        self._unmet = False
         self._plain_at = 0.0  # the loop's time from which to try the plain claim again
         self._claiming_now = False  # run() has begun and not yet ended
         self._poll = Poll(self._wake)
@@ -168,6 +171,9 @@ class Producer:
             started = self._start_claims()
             # Woken during a claim that may have begun before the work committed: claim again.
             self._missed = self._missed or (not started and bool(self._claims))
+            # Woken with no room and no claim in flight: the next freed slot claims, or the
+            # work that woke it would wait for the poll (no full claim asks for more).
+            self._unmet = self._unmet or (not started and not self._claims)
             await self._poll.wait(self._poll_in)
 
     def _poll_in(self) -> float:
@@ -193,6 +199,7 @@ class Producer:
             # cancelled, even before its first step) here.
             task.add_done_callback(functools.partial(self._claim_done, room))
             started = True
+            self._unmet = False
         return started
 
     async def _claim(self, limit: int, ahead: int) -> None:
@@ -399,11 +406,12 @@ class Producer:
         # while tasks claimed ahead wait, claim now (once _room allows), not in the
         # producer's own pass, which comes after them all, the slots then idle. With a
         # claim in flight there is no room: it is the one claim ahead, and the slots are full.
+        # More is likely waiting after a full claim, a limit (a slot this worker held is free
+        # now) or a wakeup that found no room.
         ahead = bool(self._waiting) and not self._claims and not self._stopping
-        if (self._last_claim_full or self._held or self._stopping) and not (
-            ahead and self._start_claims()
-        ):
-            self._wake.set()  # held by a limit: a slot this worker held is free now
+        wanted = self._last_claim_full or self._held or self._unmet or self._stopping
+        if wanted and not (ahead and self._start_claims()):
+            self._wake.set()
 
 
 class _Slot:

@@ -305,6 +305,9 @@ async def test_a_limit_set_while_tasks_wait_ahead_gets_them_back(env: CycloneEnv
     async with fast_worker(env.client, steps=[work], queues={"ahead": slots}) as worker:
         await work.enqueue_many(env.client, list(range(2 * slots)))
         await asyncio.wait_for(worker.drain(), 60)  # the queue's handlers are short
+        # However loaded the machine was for those, the whole allowance (it failed once
+        # with the cores busy: a slower pace allowed fewer ahead than the quick ones).
+        worker._producers["ahead"]._pace.mean = 1e-6
         # The blocking ones first: they take the slots, the quick ones wait ahead.
         await work.enqueue_many(env.client, [BLOCKING, BLOCKING + 1, *quick])
 
@@ -411,3 +414,37 @@ async def test_a_claim_ahead_whose_connection_dies_leaves_nothing_behind(
     )
     runs = 2 * SLOTS + 3 * first  # the warm-up's too
     assert [tuple(r) for r in attempts] == [("completed", 1, runs)]
+
+
+async def test_a_wakeup_that_finds_no_room_claims_once_slots_free(env: CycloneEnv) -> None:
+    """A wakeup that comes while every slot runs and the tasks claimed ahead fill the
+    allowance claims nothing then (claims ahead go out whole, not one by one), but as soon as
+    slots free, not at the next poll (an hour away here). The burst claimed ahead came back
+    short of its room, so no full claim asks for the next one either: the old code left the
+    new job to the poll."""
+    options: dict[str, Any] = {"queues": {"ahead": SLOTS}, "poll_interval": 3600.0}
+    async with fast_worker(env.client, steps=[work], **options) as worker:
+        await work.enqueue_many(env.client, list(range(2 * SLOTS)))  # the queue's pace
+        await asyncio.wait_for(worker.drain(), 60)
+        producer = worker._producers["ahead"]
+        producer._pace.mean = 1e-6  # as short as handlers get: the whole allowance
+        most = _ahead.most_ahead(SLOTS)
+        # One claim takes the burst whole, two short of its room (the slots and the
+        # allowance): every slot runs a blocking handler, the rest wait for one.
+        await work.enqueue_many(env.client, list(range(BLOCKING, BLOCKING + SLOTS + most - 2)))
+
+        async def claimed() -> bool:
+            return gate.running == SLOTS and len(producer._waiting) == most - 2
+
+        await until(claimed, "the burst claimed, every slot running")
+        # A job whose wakeup comes now (committed without one, then woken by hand, as a
+        # NOTIFY would): room for two, less than a claim ahead takes, so no claim.
+        async with env.pool.acquire() as conn, conn.transaction():
+            late = await work.enqueue_tx(env.client, conn, 7)
+        producer.wake()
+        async with asyncio.timeout(30):
+            while producer._wake.is_set():  # noqa: ASYNC110 - the producer's own pass
+                await asyncio.sleep(0)
+        assert not producer._claims
+        gate.open.set()
+        assert await late.result(timeout=30) == 7
