@@ -1,13 +1,12 @@
-"""The producer of one queue: claims as many tasks as it has room for and runs an attempt
-for each.
+"""The producer of one queue: claims as many tasks as it has room for, an attempt for each.
 
 It claims when woken (a NOTIFY for its queue, handled in ``wake()`` itself when no claim is
 in flight), by a freed slot after a full claim or a wakeup that found no room, by room made
 in the completer's buffer, or by a jittered poll, the correctness floor when a notification
-is lost. Room is the free
-slots, bounded by what the completer's buffer still takes: a slow database slows claiming
-instead of piling up outcomes. A slot is taken from claim until the handler returns (or its
-completion transaction commits); the completer writes the outcome meanwhile.
+is lost. Room is the free slots, bounded by what the completer's buffer still takes: a slow
+database slows claiming instead of piling up outcomes. A slot is taken from claim until the
+handler returns (or its completion transaction commits); the completer writes the outcome
+meanwhile.
 
 Claiming ahead (unless the worker's ``claim_ahead`` is off): while the queue's handlers are
 short (mean under ``AHEAD_BELOW``) and it uses no flow control, one claim at a time may
@@ -81,8 +80,7 @@ class Producer:
         self._executor = executor
         self._completer = completer
         self._leases = leases
-        # Its claims' connection, kept from one claim to the next (a second claim in flight
-        # takes one from the pool).
+        # Its claims' connection, kept between claims (a second claim in flight pools one).
         self._connection = Held(database)
         self._wake = asyncio.Event()
         self._stopping = False
@@ -95,14 +93,12 @@ class Producer:
         self._claims: set[asyncio.Task[None]] = set()  # in flight
         self._last_claim_full = False
         self._held_back = False  # the completer's buffer had no room at the last look
-        # Flow control: the last claim was held back by a limit, and may try again in
-        # retry_in seconds (0: at once; None: when a task ends). See ClaimedRows in
-        # _queries/claim.py.
+        # Flow control: the last claim was held back by a limit, and may try again in retry_in
+        # seconds (0: at once; None: when a task ends); see ClaimedRows in _queries/claim.py.
         self._held = False
         self._retry_in: float | None = None
         self._missed = False  # a wakeup came while a claim was in flight
-        # A pass found no room (every slot taken, or the allowance ahead): claim as slots free.
-        self._unmet = False
+        self._unmet = False  # a pass found no room and no claim in flight: claim as slots free
         self._plain_at = 0.0  # the loop's time from which to try the plain claim again
         self._claiming_now = False  # run() has begun and not yet ended
         self._poll = Poll(self._wake)
@@ -129,9 +125,8 @@ class Producer:
         self._hand_back(list(self._waiting), "shutdown")
 
     def _ahead(self) -> int:
-        """How many tasks claims may take beyond the free slots (see the module's docstring):
-        one claim at a time, a larger claim rather than a second (each claim's own cost is
-        what a claim ahead saves)."""
+        """How many tasks claims may take beyond the free slots (module docstring): one claim
+        at a time, a larger claim rather than a second (a claim's own cost is what it saves)."""
         if not (self._claiming.ahead and self._plain) or self._claims or self._stopping:
             return 0
         return self._pace.ahead(self.limit)
@@ -171,8 +166,7 @@ class Producer:
             started = self._start_claims()
             # Woken during a claim that may have begun before the work committed: claim again.
             self._missed = self._missed or (not started and bool(self._claims))
-            # Woken with no room and no claim in flight: the next freed slot claims, or the
-            # work that woke it would wait for the poll (no full claim asks for more).
+            # No room, no claim in flight: the next freed slot claims (not the poll).
             self._unmet = self._unmet or (not started and not self._claims)
             await self._poll.wait(self._poll_in)
 
@@ -403,11 +397,9 @@ class Producer:
         else:
             self._running -= 1
         # Handlers that do not wait pass the slots on within this pass of the event loop:
-        # while tasks claimed ahead wait, claim now (once _room allows), not in the
-        # producer's own pass, which comes after them all, the slots then idle. With a
-        # claim in flight there is no room: it is the one claim ahead, and the slots are full.
-        # More is likely waiting after a full claim, a limit (a slot this worker held is free
-        # now) or a wakeup that found no room.
+        # while tasks claimed ahead wait, claim now (once _room allows), not in the producer's
+        # own pass, which comes after them all, the slots then idle (a claim in flight is the
+        # one claim ahead). More waits after a full claim, a limit or a pass without room.
         ahead = bool(self._waiting) and not self._claims and not self._stopping
         wanted = self._last_claim_full or self._held or self._unmet or self._stopping
         if wanted and not (ahead and self._start_claims()):
