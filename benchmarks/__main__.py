@@ -186,7 +186,7 @@ class Bench:
         # Over a history of finished workflow runs (steps and edges), which node transitions
         # must read by key, as the claims read runs.
         await truncate(pool)
-        await history.build_workflow_history(pool, library.chain3, s.workflow_history)
+        await history.build_history(pool, s.workflow_history, library.chain3)
         try:
             await self.settle()
             self.keep(await library.workflow_runs(pool, self.dsn, library.chain3, runs=300))

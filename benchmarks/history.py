@@ -6,8 +6,8 @@ job leaves: state, output, attempts, errors, finish time, completing attempt), w
 time-ordered id, input and timestamps. Task rows are deleted on completion, so history lives
 in ``cyclone_runs`` only.
 
-``build_workflow_history`` does the same for a workflow's runs, each copy with copies of the
-template run's steps and edges: the history that node transitions must not scan.
+Given a workflow, it copies one of its completed runs instead, each copy with copies of the
+template's steps and edges: the history that node transitions must not scan.
 
 ``claim_plan`` renders the plan PostgreSQL picks for the worker's claim, both as a custom
 plan (the first five executions of a prepared statement) and as the generic plan a
@@ -25,29 +25,10 @@ import cyclone
 from benchmarks.jobs import QUEUE, noop
 from cyclone._sql import Queries
 
-# One completed job is the template; ids are UUIDv7-shaped (48-bit milliseconds, version 7,
-# variant 8), one millisecond apart and older than the template, so they sort as real ones.
+# One completed run is the template, a job or a workflow run with its steps and edges; each
+# copy brings copies of those. Ids are UUIDv7-shaped (48-bit milliseconds, version 7, variant
+# 8), one millisecond apart and older than the template, so they sort as real ones.
 _HISTORY = """
-WITH template AS (
-    SELECT * FROM cyclone_runs WHERE state = 'completed' AND name = $1 LIMIT 1
-)
-INSERT INTO cyclone_runs
-    (id, name, job, state, input, output, result_node, key, unique_key, queue, nodes,
-     remaining, priority, max_attempts, attempts, errors, error, deadline, created_at,
-     finished_at, trace, completed_task, completed_claims)
-SELECT
-    (lpad(to_hex((extract(epoch FROM t.created_at) * 1000)::bigint - 1 - $2 + g.i), 12, '0')
-     || '7' || substr(md5(g.i::text), 1, 3) || '8' || substr(md5(g.i::text), 4, 15))::uuid,
-    t.name, t.job, t.state, to_jsonb(g.i), t.output, t.result_node, t.key, t.unique_key,
-    t.queue, t.nodes, t.remaining, t.priority, t.max_attempts, t.attempts, t.errors, t.error,
-    t.deadline,
-    t.created_at - make_interval(secs => ($2 - g.i + 1) / 1000.0),
-    t.finished_at - make_interval(secs => ($2 - g.i + 1) / 1000.0),
-    t.trace, g.i, t.completed_claims
-FROM template t, generate_series(1, $2::int) AS g (i)
-"""
-# The same for a workflow: each copy of a completed run brings copies of its steps and edges.
-_WORKFLOW_HISTORY = """
 WITH template AS (
     SELECT * FROM cyclone_runs WHERE state = 'completed' AND name = $1 LIMIT 1
 ), copies AS (
@@ -65,7 +46,7 @@ WITH template AS (
     SELECT c.id, t.name, t.job, t.state, to_jsonb(c.i), t.output, t.result_node, t.key,
         t.unique_key, t.queue, t.nodes, t.remaining, t.priority, t.max_attempts, t.attempts,
         t.errors, t.error, t.deadline, t.created_at - c.earlier, t.finished_at - c.earlier,
-        t.trace, t.completed_task, t.completed_claims
+        t.trace, CASE WHEN t.completed_task IS NOT NULL THEN c.i END, t.completed_claims
     FROM template t, copies c
 ), steps AS (
     INSERT INTO cyclone_steps
@@ -84,27 +65,23 @@ FROM template t JOIN cyclone_edges e ON e.run_id = t.id, copies c
 _TABLES = ("cyclone_runs", "cyclone_tasks", "cyclone_steps", "cyclone_edges")
 
 
-async def build_history(pool: asyncpg.Pool, n: int) -> None:
-    """Add ``n`` finished jobs to the run history, then VACUUM ANALYZE it."""
-    client = cyclone.Client(pool)
-    await noop.enqueue(client, -1)
-    async with cyclone.Worker(client, steps=[noop], queues={QUEUE: 1}) as worker:
-        await worker.drain()
-    await pool.execute(_HISTORY, noop.name, n, timeout=600)
-    await pool.execute("VACUUM ANALYZE cyclone_runs", timeout=600)
-
-
-async def build_workflow_history(
-    pool: asyncpg.Pool, workflow: cyclone.Workflow[int], n: int
+async def build_history(
+    pool: asyncpg.Pool, n: int, workflow: cyclone.Workflow[int] | None = None
 ) -> None:
-    """Add ``n`` finished runs of ``workflow`` (with their steps and edges) to the history,
-    then VACUUM ANALYZE it."""
+    """Add ``n`` finished jobs to the run history (or runs of ``workflow``, with their steps
+    and edges), then VACUUM ANALYZE it."""
     client = cyclone.Client(pool)
-    run = await workflow.submit(client, -1)
-    async with cyclone.Worker(client, workflows=[workflow], queues={QUEUE: 4}):
-        if await run.wait(timeout=600) is not cyclone.RunState.COMPLETED:
-            raise RuntimeError(f"the template run {run.id} of {workflow.name} did not complete")
-    await pool.execute(_WORKFLOW_HISTORY, workflow.name, n, timeout=600)
+    template: cyclone.Run
+    if workflow is None:
+        name, template = noop.name, await noop.enqueue(client, -1)
+        worker = cyclone.Worker(client, steps=[noop], queues={QUEUE: 1})
+    else:
+        name, template = workflow.name, await workflow.submit(client, -1)
+        worker = cyclone.Worker(client, workflows=[workflow], queues={QUEUE: 4})
+    async with worker:
+        if await template.wait(timeout=600) is not cyclone.RunState.COMPLETED:
+            raise RuntimeError(f"the template run {template.id} of {name} did not complete")
+    await pool.execute(_HISTORY, name, n, timeout=600)
     await pool.execute("VACUUM ANALYZE cyclone_runs, cyclone_steps, cyclone_edges", timeout=600)
 
 
