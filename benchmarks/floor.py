@@ -107,6 +107,8 @@ DELETE FROM floor.jobs WHERE id = (
 ) RETURNING id
 """
 
+_ANALYZE_JOBS = "ANALYZE floor.jobs"
+_ANALYZE_RUNS_TASKS = "ANALYZE floor.runs, floor.tasks"
 # The two-table floors: floor.runs and floor.tasks, copies of Cyclone's tables.
 _TWO_TABLES_RESET = (
     "CREATE SCHEMA IF NOT EXISTS floor; DROP TABLE IF EXISTS floor.runs, floor.tasks"
@@ -286,26 +288,15 @@ async def drain_runs_tasks(
     no WAL flush wait, the runs read by key) and completes it durably (the tasks it still
     owns deleted, their runs completed); jobs/s."""
 
-    async def client() -> int:
-        done = 0
-        async with pool.acquire() as conn:
-            while rows := await conn.fetch(_CLAIM_RUNS_TASKS, QUEUE, batch):
-                run_ids, ids, claims = zip(*((r[0], r[1], r[2]) for r in rows), strict=True)
-                await conn.execute(_COMPLETE_RUNS_TASKS, run_ids, ids, claims)
-                done += len(rows)
-        return done
+    async def claim_and_complete(conn: asyncpg.pool.PoolConnectionProxy, batch: int) -> int:
+        if rows := await conn.fetch(_CLAIM_RUNS_TASKS, QUEUE, batch):
+            run_ids, ids, claims = zip(*((r[0], r[1], r[2]) for r in rows), strict=True)
+            await conn.execute(_COMPLETE_RUNS_TASKS, run_ids, ids, claims)
+        return len(rows)
 
-    async with _runs_tasks_tables(pool):
-        async with pool.acquire() as conn:
-            await _insert_runs_tasks(conn, _chunks(n, PREFILL_BATCH))
-            await conn.execute("ANALYZE floor.runs, floor.tasks")
-        start = time.perf_counter()
-        done = await asyncio.gather(*(client() for _ in range(clients)))
-        elapsed = time.perf_counter() - start
-    if sum(done) != n:
-        raise RuntimeError(f"drain_runs_tasks: completed {sum(done)} jobs, expected {n}")
-    return Figure(
-        "drain_runs_tasks", n / elapsed, "jobs/s", f"n={n} clients={clients} batch={batch}"
+    tables, load, analyze = _runs_tasks_tables(pool), _insert_runs_tasks, _ANALYZE_RUNS_TASKS
+    return await _drain(
+        pool, "drain_runs_tasks", tables, load, analyze, claim_and_complete, n, clients, batch
     )
 
 
@@ -372,27 +363,49 @@ async def insert_notify_consumed(pool: asyncpg.Pool, connect: Connect, n: int = 
     )
 
 
+# One batch of a drain client on its connection: how many jobs it took (0: none left).
+Batch = Callable[[asyncpg.pool.PoolConnectionProxy, int], Awaitable[int]]
+
+
+def _claiming(claim: str) -> Batch:
+    """A batch that is one statement: claim (and complete) up to batch jobs."""
+
+    async def batch_of(conn: asyncpg.pool.PoolConnectionProxy, batch: int) -> int:
+        return len(await conn.fetch(claim, QUEUE, batch))
+
+    return batch_of
+
+
 async def _drain(
-    pool: asyncpg.Pool, name: str, ddl: str, claim: str, n: int, clients: int, batch: int
+    pool: asyncpg.Pool,
+    name: str,
+    tables: contextlib.AbstractAsyncContextManager[None],
+    load: Load,
+    analyze: str,
+    run: Batch,
+    n: int,
+    clients: int,
+    batch: int,
 ) -> Figure:
-    """Prefill n jobs, then time clients running claim until it returns no rows; jobs/s."""
+    """Prefill n jobs into ``tables`` with ``load``, run ``analyze``, then time clients
+    running batches until one takes nothing; jobs/s."""
 
     async def client() -> int:
-        claimed = 0
+        taken = 0
         async with pool.acquire() as conn:
-            while rows := await conn.fetch(claim, QUEUE, batch):
-                claimed += len(rows)
-        return claimed
+            while took := await run(conn, batch):
+                taken += took
+        return taken
 
-    async with _jobs_table(pool, ddl):
+    async with tables:
         async with pool.acquire() as conn:
-            await _insert_unnest(conn, _chunks(n, PREFILL_BATCH))
-            await conn.execute("ANALYZE floor.jobs")
+            await load(conn, _chunks(n, PREFILL_BATCH))
+            await conn.execute(analyze)
         start = time.perf_counter()
-        claimed = await asyncio.gather(*(client() for _ in range(clients)))
+        taken = await asyncio.gather(*(client() for _ in range(clients)))
         elapsed = time.perf_counter() - start
-    if sum(claimed) != n:
-        raise RuntimeError(f"{name}: claimed {sum(claimed)} jobs, expected {n}")
+    if sum(taken) != n:
+        raise RuntimeError(f"{name}: took {sum(taken)} jobs, expected {n}")
     return Figure(name, n / elapsed, "jobs/s", f"n={n} clients={clients} batch={batch}")
 
 
@@ -400,14 +413,18 @@ async def drain_delete(
     pool: asyncpg.Pool, n: int = 10_000, clients: int = CLIENTS, batch: int = 10
 ) -> Figure:
     """Concurrent SKIP LOCKED claim-and-DELETE of n jobs; jobs/s."""
-    return await _drain(pool, "drain_delete", _JOBS, _DRAIN_DELETE, n, clients, batch)
+    tables, run = _jobs_table(pool), _claiming(_DRAIN_DELETE)
+    load = _insert_unnest
+    return await _drain(pool, "drain_delete", tables, load, _ANALYZE_JOBS, run, n, clients, batch)
 
 
 async def drain_update(
     pool: asyncpg.Pool, n: int = 10_000, clients: int = CLIENTS, batch: int = 10
 ) -> Figure:
     """Concurrent SKIP LOCKED claim-and-UPDATE to 'done' of n jobs, rows kept; jobs/s."""
-    return await _drain(pool, "drain_update", _JOBS_WITH_STATE, _DRAIN_UPDATE, n, clients, batch)
+    tables, run = _jobs_table(pool, _JOBS_WITH_STATE), _claiming(_DRAIN_UPDATE)
+    load = _insert_unnest
+    return await _drain(pool, "drain_update", tables, load, _ANALYZE_JOBS, run, n, clients, batch)
 
 
 async def wake_latency(
