@@ -77,11 +77,24 @@ UNION ALL
 SELECT 'ended', state, id, NULL FROM counted WHERE state <> 'pending';
 
 -- name: wait_complete_many(run_ids, nodes)
--- Signalled wait nodes complete with their signal as output.
+-- Signalled wait nodes complete with their signal as output. Each node by key, one look-up
+-- per node (OFFSET 0, as in node_advance): as a join, statistics that knew of no waiting
+-- node made a batch of 300 a hash join over a scan of every step in the history.
+WITH signalled AS (
+    SELECT s.run_id, s.node
+    FROM unnest(:run_ids::uuid[], :nodes::text[]) AS w (run_id, node)
+    CROSS JOIN LATERAL (
+        SELECT s.run_id, s.node FROM __schema__.cyclone_steps s
+        WHERE s.run_id = w.run_id AND s.node = w.node AND s.state = 'waiting'
+          AND s.signal IS NOT NULL
+        OFFSET 0
+    ) s
+)
 UPDATE __schema__.cyclone_steps s
 SET state = 'completed', output = s.signal, wait_until = NULL, finished_at = __now__
-FROM unnest(:run_ids::uuid[], :nodes::text[]) AS w (run_id, node)
-WHERE s.run_id = w.run_id AND s.node = w.node AND s.state = 'waiting' AND s.signal IS NOT NULL
+FROM signalled w
+WHERE s.run_id = w.run_id AND s.node = w.node  -- and the guard again, for the row it writes
+  AND s.state = 'waiting' AND s.signal IS NOT NULL
 RETURNING s.run_id, s.node;
 
 -- name: wait_signal(run_id, node, payload)
