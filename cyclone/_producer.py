@@ -97,8 +97,10 @@ class Producer:
         # seconds (0: at once; None: when a task ends); see ClaimedRows in _queries/claim.py.
         self._held = False
         self._retry_in: float | None = None
-        self._missed = False  # a wakeup came while a claim was in flight
-        self._unmet = False  # a pass found no room and no claim in flight: claim as slots free
+        # A pass (a wakeup, a poll) that started no claim, unanswered until one starts: with a
+        # claim in flight, that may have begun before the work committed, it claims again
+        # when the claim is back; without room, when a slot frees (not at the next poll).
+        self._owed = False
         self._plain_at = 0.0  # the loop's time from which to try the plain claim again
         self._claiming_now = False  # run() has begun and not yet ended
         self._poll = Poll(self._wake)
@@ -163,11 +165,8 @@ class Producer:
         while not self._stopping:
             # Cleared before claiming: a wakeup that arrives during the claim is kept.
             self._wake.clear()
-            started = self._start_claims()
-            # Woken during a claim that may have begun before the work committed: claim again.
-            self._missed = self._missed or (not started and bool(self._claims))
-            # No room, no claim in flight: the next freed slot claims (not the poll).
-            self._unmet = self._unmet or (not started and not self._claims)
+            if not self._start_claims():
+                self._owed = True
             await self._poll.wait(self._poll_in)
 
     def _poll_in(self) -> float:
@@ -193,7 +192,7 @@ class Producer:
             # cancelled, even before its first step) here.
             task.add_done_callback(functools.partial(self._claim_done, room))
             started = True
-            self._unmet = False
+            self._owed = False
         return started
 
     async def _claim(self, limit: int, ahead: int) -> None:
@@ -221,10 +220,9 @@ class Producer:
         (not after a cancelled one: the worker is being torn down)."""
         self._reserved -= limit
         self._claims.discard(task)
-        if again and (self._last_claim_full or self._claim_again() or self._missed):
-            self._missed = False
-            if self._stopping or not self._start_claims():
-                self._wake.set()
+        more = self._last_claim_full or self._claim_again() or self._owed
+        if again and more and (self._stopping or not self._start_claims()):
+            self._wake.set()
 
     async def _claim_and_start(self, limit: int, ahead: int) -> None:
         started = time.perf_counter()
@@ -399,9 +397,9 @@ class Producer:
         # Handlers that do not wait pass the slots on within this pass of the event loop:
         # while tasks claimed ahead wait, claim now (once _room allows), not in the producer's
         # own pass, which comes after them all, the slots then idle (a claim in flight is the
-        # one claim ahead). More waits after a full claim, a limit or a pass without room.
+        # one claim ahead). More waits after a full claim, a limit or a pass still owed.
         ahead = bool(self._waiting) and not self._claims and not self._stopping
-        wanted = self._last_claim_full or self._held or self._unmet or self._stopping
+        wanted = self._last_claim_full or self._held or self._owed or self._stopping
         if wanted and not (ahead and self._start_claims()):
             self._wake.set()
 
