@@ -4,6 +4,8 @@ For 1, 2, 4 and 8 worker processes (``benchmarks.fleet``) sharing the same total
 concurrency, on one PostgreSQL:
 
 - drain: a prefilled queue of no-op jobs, jobs/s from the workers' go to no task left;
+- drain after a resume: the same, the queue paused while the workers start (each claims and
+  finds it paused), jobs/s from ``client.queues.resume`` to no task left;
 - sustained: a producer in this process keeps a backlog (``enqueue_many`` batches whenever
   fewer than two batches are claimable) while the workers run; completed jobs/s over the
   window, by the server's clock;
@@ -35,7 +37,7 @@ import asyncpg
 import cyclone
 from benchmarks import report
 from benchmarks.fleet import Fleet
-from benchmarks.jobs import noop, truncate
+from benchmarks.jobs import QUEUE, noop, truncate
 from cyclone._sql import Queries, parse_folder
 from cyclone.testing import describe, postgres_server
 
@@ -140,6 +142,7 @@ async def _until_empty(pool: asyncpg.Pool, timeout: float = 900) -> None:
 class Row:
     processes: int
     drain: float
+    resumed: float  # the drain released by a resume
     sustained: float
     cost: Cost
     drain_waits: Waits
@@ -162,18 +165,28 @@ async def _commits(pool: asyncpg.Pool) -> int:
 
 
 async def drain(
-    pool: asyncpg.Pool, dsn: str, processes: int, s: Sizes
+    pool: asyncpg.Pool, dsn: str, processes: int, s: Sizes, *, resume: bool = False
 ) -> tuple[float, Waits, Cost]:
-    """A prefilled queue drained by the fleet; jobs/s, wait events and cost per job."""
+    """A prefilled queue drained by the fleet (released by a resume, if ``resume``); jobs/s,
+    wait events and cost per job."""
     await truncate(pool)
-    await _prefill(cyclone.Client(pool), s.jobs)
+    client = cyclone.Client(pool)
+    if resume:
+        await client.queues.pause(QUEUE, create=True)
+    await _prefill(client, s.jobs)
     await pool.execute("VACUUM ANALYZE cyclone_runs, cyclone_tasks")
     async with Fleet(dsn, processes, s.concurrency) as fleet:
+        if resume:
+            fleet.go()
+            await asyncio.sleep(1.0)  # each worker's first claims find the queue paused
         await pool.execute("SELECT pg_stat_statements_reset()")
         commits, cpu = await _commits(pool), fleet.cpu()
         async with sampling(dsn) as waits:
             start = time.perf_counter()
-            fleet.go()
+            if resume:
+                await client.queues.resume(QUEUE)
+            else:
+                fleet.go()
             await _until_empty(pool)
             elapsed = time.perf_counter() - start
         cpu = fleet.cpu() - cpu
@@ -290,6 +303,8 @@ def render(rows: Sequence[Row], idle: Idle, processes: int, s: Sizes) -> str:
             "processes",
             "drain jobs/s",
             "ratio to 1",
+            "after a resume",
+            "ratio to drain",
             "sustained jobs/s",
             "ratio to 1",
             "commits/job",
@@ -305,6 +320,8 @@ def render(rows: Sequence[Row], idle: Idle, processes: int, s: Sizes) -> str:
                 f"{r.processes} x c{s.concurrency // r.processes}",
                 f"{r.drain:,.0f}",
                 f"{r.drain / one.drain:.2f}",
+                f"{r.resumed:,.0f}",
+                f"{r.resumed / r.drain:.2f}",
                 f"{r.sustained:,.0f}",
                 f"{r.sustained / one.sustained:.2f}",
                 f"{r.cost.commits:.3f}",
@@ -371,9 +388,14 @@ async def measure(dsn: str, s: Sizes, processes: Sequence[int]) -> str:
         rows = []
         for p in processes:
             rate, waits, cost = await drain(pool, dsn, p, s)
+            resumed, _, _ = await drain(pool, dsn, p, s, resume=True)
             rate2, waits2 = await sustained(pool, dsn, p, s)
-            rows.append(Row(p, rate, rate2, cost, waits, waits2))
-            print(f"# {p} processes: drain {rate:,.0f} jobs/s, sustained {rate2:,.0f}", flush=True)
+            rows.append(Row(p, rate, resumed, rate2, cost, waits, waits2))
+            print(
+                f"# {p} processes: drain {rate:,.0f} jobs/s, after a resume {resumed:,.0f}, "
+                f"sustained {rate2:,.0f}",
+                flush=True,
+            )
         idle = await idle_maintenance(pool, dsn, max(processes), s.idle)
         await truncate(pool)
     return render(rows, idle, max(processes), s)

@@ -39,6 +39,7 @@ from cyclone._attempt import (
 from cyclone._completer import Completer
 from cyclone._database import Database, Held
 from cyclone._executor import Executor
+from cyclone._gate import Gate
 from cyclone._leases import LeaseKeeper
 from cyclone._loops import Poll, jittered
 from cyclone._observe import Observers
@@ -52,9 +53,6 @@ CLAIMS_AT_ONCE = 2
 # queue's handlers were not short after all), and the queue claims nothing ahead until they
 # are again.
 AHEAD_WAIT = 1.0
-# Once the plain claim declined (the queue uses flow control), claims are task_claim's for
-# this many seconds before the plain claim is tried again: a limit removed shows by then.
-PLAIN_RETRY = 5.0
 
 
 class Producer:
@@ -89,19 +87,14 @@ class Producer:
         # Attempts claimed ahead, each waiting for a slot, first claimed first; see _turn.
         self._waiting: dict[asyncio.Future[None], Claimed] = {}
         self._pace = Pace()  # of its handlers: how far it may claim ahead
-        self._plain = False  # the last claim was the plain one: no flow control in use
         self._claims: set[asyncio.Task[None]] = set()  # in flight
         self._last_claim_full = False
         self._held_back = False  # the completer's buffer had no room at the last look
-        # Flow control: the last claim was held back by a limit, and may try again in retry_in
-        # seconds (0: at once; None: when a task ends); see ClaimedRows in _queries/claim.py.
-        self._held = False
-        self._retry_in: float | None = None
+        self._gate = Gate(self._wake)  # which claim to send, when a limit lets it claim
         # A pass (a wakeup, a poll) that started no claim, unanswered until one starts: with a
         # claim in flight, that may have begun before the work committed, it claims again
         # when the claim is back; without room, when a slot frees (not at the next poll).
         self._owed = False
-        self._plain_at = 0.0  # the loop's time from which to try the plain claim again
         self._claiming_now = False  # run() has begun and not yet ended
         self._poll = Poll(self._wake)
         self._context = contextvars.copy_context()  # the claims', set by run()
@@ -129,7 +122,7 @@ class Producer:
     def _ahead(self) -> int:
         """How many tasks claims may take beyond the free slots (module docstring): one claim
         at a time, a larger claim rather than a second (a claim's own cost is what it saves)."""
-        if not (self._claiming.ahead and self._plain) or self._claims or self._stopping:
+        if not (self._claiming.ahead and self._gate.plain) or self._claims or self._stopping:
             return 0
         return self._pace.ahead(self.limit)
 
@@ -159,6 +152,7 @@ class Producer:
             await asyncio.gather(*self._claims, return_exceptions=True)
         finally:
             self._claiming_now = False
+            self._gate.close()
             self._connection.release()  # a claim still in flight gives its connection back
 
     async def _claim_until_stopped(self) -> None:
@@ -170,8 +164,7 @@ class Producer:
             await self._poll.wait(self._poll_in)
 
     def _poll_in(self) -> float:
-        poll = jittered(self._claiming.poll_interval)  # or, under flow control, the next token
-        return min(poll, self._retry_in) if self._held and self._retry_in else poll
+        return jittered(self._claiming.poll_interval)
 
     def _start_claims(self) -> bool:
         """Start a first claim, and more at once only while claims come back full; whether
@@ -179,7 +172,7 @@ class Producer:
         loop = asyncio.get_running_loop()
         started = False
         while len(self._claims) < CLAIMS_AT_ONCE and (
-            not self._claims or self._last_claim_full or self._claim_again()
+            not self._claims or self._last_claim_full or self._gate.again_now()
         ):
             room, ahead = self._room()
             if room <= 0:
@@ -202,7 +195,7 @@ class Producer:
             await self._claim_and_start(limit, ahead)
         except db.DATABASE_ERRORS as exc:
             self._last_claim_full = False  # back off to the poll while it is down
-            self._held = False
+            self._gate.failed()
             logger.warning(
                 "worker %s: claiming from queue %r failed: %s; trying again at the next poll",
                 self._claiming.worker_id,
@@ -220,7 +213,7 @@ class Producer:
         (not after a cancelled one: the worker is being torn down)."""
         self._reserved -= limit
         self._claims.discard(task)
-        more = self._last_claim_full or self._claim_again() or self._owed
+        more = self._last_claim_full or self._gate.again_now() or self._owed
         if again and more and (self._stopping or not self._start_claims()):
             self._wake.set()
 
@@ -243,7 +236,6 @@ class Producer:
             attempts.append((claimed, turn))
         self._observers.claimed(self.name, len(rows), time.perf_counter() - started)
         self._last_claim_full = len(rows) == limit
-        self._held, self._retry_in = rows.held, rows.retry_in  # flow control
         # The next claim goes out before these attempts start (see freed).
         claim = asyncio.current_task()
         assert claim is not None
@@ -257,32 +249,21 @@ class Producer:
             loop.call_later(AHEAD_WAIT, self._overdue, turns)
 
     async def _take(self, conn: db.Conn, limit: int, ahead: int) -> db.ClaimedRows:
-        """Claim up to ``limit`` tasks: by the plain claim while the queue uses no flow
-        control, by the full one (``task_claim``) while it does, which never claims ahead
-        (a limit counts tasks claimed ahead as running)."""
         c = self._claiming
-        q = self._database.queries
-        loop = asyncio.get_running_loop()
-        if loop.time() >= self._plain_at:
-            rows = await db.task_claim_plain(
-                conn, q, self.name, c.kinds, limit, c.lease, c.worker_id, c.workflows
-            )
-            self._plain = not rows.declined
-            if self._plain:
-                return rows
-            self._plain_at = loop.time() + PLAIN_RETRY
+        return await self._gate.take(
+            conn,
+            self._database.queries,
+            self.name,
+            c.kinds,
+            limit,
+            ahead,
+            c.lease,
+            c.worker_id,
+            c.workflows,
             # The queue uses flow control now: what this worker claimed ahead and has not
             # started goes back, for the limits to count (a limit counts it as running).
-            self._hand_back(list(self._waiting), "limited")
-        if limit - ahead <= 0:
-            return db.ClaimedRows()
-        return await db.task_claim(
-            conn, q, self.name, c.kinds, limit - ahead, c.lease, c.worker_id, c.workflows
+            limited=lambda: self._hand_back(list(self._waiting), "limited"),
         )
-
-    def _claim_again(self) -> bool:
-        """Flow control: the last claim was held back by a count already out of date."""
-        return self._held and self._retry_in == 0
 
     async def _attempt(self, claimed: Claimed, turn: asyncio.Future[None] | None) -> None:
         """One attempt: (claimed ahead: wait for a slot) run it in a slot, hand its outcome
@@ -399,7 +380,7 @@ class Producer:
         # own pass, which comes after them all, the slots then idle (a claim in flight is the
         # one claim ahead). More waits after a full claim, a limit or a pass still owed.
         ahead = bool(self._waiting) and not self._claims and not self._stopping
-        wanted = self._last_claim_full or self._held or self._owed or self._stopping
+        wanted = self._last_claim_full or self._gate.held or self._owed or self._stopping
         if wanted and not (ahead and self._start_claims()):
             self._wake.set()
 

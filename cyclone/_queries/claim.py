@@ -21,6 +21,9 @@ class ClaimedRows(list[Record]):
 
     held: bool = False
     retry_in: float | None = None
+    # From task_claim: the queue used no flow control in its snapshot, so the plain claim
+    # would have done.
+    plain: bool = False
     # From task_claim_plain: the queue uses flow control, so nothing was claimed and the
     # claim is task_claim's to make.
     declined: bool = False
@@ -39,7 +42,8 @@ async def task_claim(
     """Claim up to ``limit`` available tasks of ``queue`` (nodes only of ``workflows``).
 
     Within the queue's flow control: the rows are the claimed tasks; when a limit held the
-    claim back, ``retry_in`` on the result says when to claim again (see ClaimedRows).
+    claim back, ``retry_in`` on the result says when to claim again, and ``plain`` whether
+    the queue uses no flow control at all (see ClaimedRows).
     """
     rows = await fetch(
         conn,
@@ -54,7 +58,9 @@ async def task_claim(
     )
     claimed = ClaimedRows(r for r in rows if r["id"] is not None)
     for r in rows:
-        if r["id"] is None:  # the statement's last row, if a limit held the claim back
+        if r["id"] is None and r["plain"]:  # the statement's last row: no flow control
+            claimed.plain = True
+        elif r["id"] is None:  # or: a limit held the claim back
             claimed.held, claimed.retry_in = True, r["retry_in"]
     return claimed
 

@@ -73,8 +73,10 @@ RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims, t
 -- Running tasks are counted through the lease index (running_by_lease), and only when a
 -- limit or the turns need them. A per-key rate counts each key's starts in its window
 -- from cyclone_key_starts, which the same claims write and prune under the same lock.
--- After the tasks, one row with a NULL id may follow, when a limit held the claim back:
+-- After the tasks, one row with a NULL id may follow. When a limit held the claim back, its
 -- retry_in is how many seconds until it can start more (0: at once; NULL: when a task ends).
+-- When the queue uses no flow control in this snapshot (what task_claim_plain checks), its
+-- plain is true: the claims after this one can be the plain claim's.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ), seen AS MATERIALIZED (  -- the queue's row in this statement's snapshot; none: no limits
@@ -215,6 +217,9 @@ WITH async_commit AS (
     WHERE f.kind IS NULL OR p.nth <= f.free  -- within each limited kind's room
     ORDER BY p.rank, p.turn
     LIMIT (SELECT n FROM allow)
+), unused AS MATERIALIZED (  -- no flow control in use: not paused, unlimited, no keyed work
+    SELECT NOT coalesce((SELECT s.paused OR s.limited FROM seen s), false)
+        AND NOT EXISTS (SELECT 1 FROM kind_seen) AND NOT EXISTS (SELECT 1 FROM keyed) AS plain
 ), claimed AS (
     /* fragment: claim_chosen */
 ), counted AS (  -- a limited queue's row: a new version, the bucket less what started
@@ -263,10 +268,15 @@ WITH async_commit AS (
            OR ((SELECT count(*) FROM turns) > 1 AND (SELECT count(*) FROM claimed) > 0))
 )
 SELECT id, run_id, node, kind, attempt, max_attempts, claims,
-    run[1] AS name, run[2] AS input, run[3] AS trace, deps, NULL::float8 AS retry_in
+    run[1] AS name, run[2] AS input, run[3] AS trace, deps, NULL::float8 AS retry_in,
+    NULL::bool AS plain
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, retry_in FROM held;
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, retry_in, false
+FROM held
+UNION ALL  -- never beside a row of held: a limit, a pause or keyed work is flow control
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true
+FROM unused WHERE plain;
 
 -- name: task_claim_plain(queue, kinds, limit, lease, worker, workflows)
 -- task_claim for a queue whose flow control is not in use, which is most queues: not paused,

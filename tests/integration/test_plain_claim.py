@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 import cyclone
-from cyclone import _producer
 from cyclone import _queries as db
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
@@ -139,6 +138,26 @@ async def test_a_queue_using_flow_control_is_declined_and_nothing_claimed(
     assert await available(env) == before  # nothing claimed
 
 
+async def full_claim(env: CycloneEnv, limit: int) -> db.ClaimedRows:
+    async with env.pool.acquire() as conn:
+        return await db.task_claim(
+            conn, env.client.queries, "plain", [noop.name], limit, 30.0, "w", []
+        )
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+async def test_the_full_claim_says_whether_flow_control_is_in_use(
+    env: CycloneEnv, setup: str
+) -> None:
+    """task_claim says ``plain`` exactly where task_claim_plain would claim: for a queue
+    without flow control, whether it finds work or not; never under any of SETUPS."""
+    assert (await full_claim(env, 10)).plain  # nothing to claim: still plain
+    await noop.enqueue_many(env.client, list(range(5)))
+    assert (await full_claim(env, 2)).plain  # a full claim too
+    await SETUPS[setup](env.client)
+    assert not (await full_claim(env, 1)).plain
+
+
 async def test_limits_cleared_or_a_row_without_limits_claim_plainly(env: CycloneEnv) -> None:
     """A queue's row with no limit set, a limited kind the worker does not serve, and keyed
     work of another queue are no flow control of this claim's."""
@@ -168,12 +187,11 @@ async def until_last_claim(env: CycloneEnv, name: str) -> None:
 
 
 async def test_a_worker_claims_plainly_until_a_limit_is_set_and_then_obeys_it(
-    env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+    env: CycloneEnv,
 ) -> None:
     """A worker on an unlimited queue sends the plain claim; once the queue is limited, the
     plain claim declines and the full one claims, within the limit; once the limit is
-    cleared, the plain claim is back after PLAIN_RETRY."""
-    monkeypatch.setattr(_producer, "PLAIN_RETRY", 0.5)
+    cleared, the next full claim says so and the plain claim is back."""
     client = env.client
     async with fast_worker(client, steps=[noop, other], queues={"plain": 8}) as worker:
         await noop.enqueue_many(client, list(range(20)))
