@@ -199,7 +199,9 @@ class Client(AsyncResource):
         """Run a tracked transaction on ``conn``; its wakeups are published after commit.
 
         A SQLAlchemy ``AsyncSession`` (on asyncpg) gets ``session.begin()`` (a savepoint when
-        a transaction is open), its wakeups published after the session's outermost commit.
+        a transaction is open), its wakeups published after the session's outermost commit,
+        even inside a transaction that ``track_wakeups(session)`` tracks (the innermost
+        tracker gets each wakeup).
         """
         if "sqlalchemy" in sys.modules:
             from cyclone.integrations import sqlalchemy as glue

@@ -21,6 +21,7 @@ from cyclone._resource import AsyncResource
 if TYPE_CHECKING:
     import psycopg
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.orm import Session
 
 logger = logging.getLogger("cyclone")
 
@@ -171,13 +172,19 @@ class TrackedTransaction(AsyncResource):
 def track_wakeups(conn: Conn | TrackedConnection) -> tuple[TrackedConnection, Wakeups]: ...
 @overload
 def track_wakeups(conn: AsyncSession) -> tuple[AsyncSession, Wakeups]: ...
+@overload
+def track_wakeups(conn: Session) -> tuple[Session, Wakeups]: ...
 def track_wakeups(conn: Any) -> tuple[Any, Wakeups]:
     """Wrap ``conn`` so that Cyclone's ``*_tx`` calls on it record wakeups.
 
     Returns the tracked connection (pass it as ``tx``) and the :class:`Wakeups` it fills.
     Publish them with ``client.publish_wakeups(wakeups)`` after the commit. A SQLAlchemy
-    ``AsyncSession`` is its own tracked connection: its committed wakeups fill the
-    :class:`Wakeups` instead of being published at its commit.
+    ``AsyncSession`` (or ``Session``) is its own tracked connection, for one transaction: the
+    one open in it (the innermost, a savepoint included), or else the next one it begins.
+    That transaction's committed wakeups fill the :class:`Wakeups` instead of being published
+    at its commit; later transactions of the session are not tracked by it. Inside it, a
+    ``client.transaction(session)`` block or another ``track_wakeups`` takes the wakeups
+    written from there on, until it ends: the innermost tracker gets each wakeup.
     """
     if not isinstance(conn, Conn | TrackedConnection) and "sqlalchemy" in sys.modules:
         from cyclone.integrations.sqlalchemy import track_session

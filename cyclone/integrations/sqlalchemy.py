@@ -4,19 +4,25 @@ Cyclone writes through the driver connection of the session's current transactio
 ``AsyncSession``/``AsyncConnection``, psycopg for ``Session``/``Connection``) and never begins,
 commits or rolls back. A session's wakeups are kept per (nested) transaction with the session's
 own events: a savepoint that rolls back (``begin_nested``) drops its wakeups, one that is
-released hands them to its parent, and the outermost commit publishes them. ``after_commit``
+released hands them to its parent, and the outermost commit delivers them. ``after_commit``
 fires once the driver's commit returned, so a wakeup never goes out before the work is
 visible; ``after_transaction_end`` then tells whether the block ended by commit (marked by
 ``after_commit``, which fires for released savepoints too) or by rollback. A Core connection has
 no after-commit event, so its wakeups are not tracked: workers find that work at their next
 poll.
+
+Each wakeup is delivered to the innermost tracker open when it was recorded: the
+:class:`~cyclone.Wakeups` of a ``track_wakeups(session)`` (for its transaction only), the
+client of a ``client.transaction(session)`` block (for that block only), or else the client
+that wrote it. A tracker never outlives its block, so a session reused for later blocks (or
+requests) publishes their wakeups as those blocks say.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 from sqlalchemy import Connection, event
@@ -35,32 +41,70 @@ __all__ = ["AsyncSession", "async_target", "async_transaction", "sync_parts", "s
 _INFO_KEY = "cyclone.wakeups"
 Publish = Callable[[Iterable[str]], None]
 """Sends NOTIFY payloads soon, without waiting (the client's publisher)."""
+Destination: TypeAlias = "Wakeups | Publish"
+"""Where a committed transaction's wakeups go: a caller's :class:`Wakeups`, or a client's
+publisher."""
+
+
+class _Scope:
+    """A tracker open on a session: where its wakeups go, and the transaction it covers
+    (None until the session begins the transaction a ``track_wakeups`` made outside one
+    covers)."""
+
+    __slots__ = ("destination", "transaction")
+
+    def __init__(self, destination: Destination, transaction: SessionTransaction | None) -> None:
+        self.destination = destination
+        self.transaction = transaction
 
 
 class SessionWakeups:
-    """The wakeups of one session, per open (nested) transaction, until the outermost commit.
-
-    Then they go to ``sink`` (a :class:`Wakeups` from ``track_wakeups``, for the caller to
-    publish) or, without one, to ``publish``.
-    """
+    """The wakeups of one session, per open (nested) transaction and per destination, until
+    the outermost commit delivers them."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.frames: dict[SessionTransaction, set[str]] = {}
+        self.frames: dict[SessionTransaction, dict[Destination, set[str]]] = {}
         self.committed: set[SessionTransaction] = set()
-        self.publish: Publish | None = None
-        self.sink: Wakeups | None = None
+        self.scopes: list[_Scope] = []  # the open trackers, innermost last
+        event.listen(session, "after_transaction_create", self._after_create)
         event.listen(session, "after_commit", self._after_commit)
         event.listen(session, "after_transaction_end", self._after_end)
 
     def _current(self) -> SessionTransaction | None:
         return self.session.get_nested_transaction() or self.session.get_transaction()
 
-    def record(self, queue: str) -> None:
-        """``queue`` gets claimable work when the current transaction commits."""
+    def track(self, wakeups: Wakeups) -> None:
+        """``track_wakeups(session)``: the current (innermost) transaction's wakeups from here
+        on go to ``wakeups``; outside a transaction, those of the next one the session begins."""
+        self.scopes.append(_Scope(wakeups, self._current()))
+
+    @contextlib.contextmanager
+    def block(self, publish: Publish) -> Iterator[None]:
+        """``client.transaction(session)``: inside this block (opened as its transaction
+        began), wakeups go to the block's client."""
+        scope = _Scope(publish, self._current())
+        self.scopes.append(scope)
+        try:
+            yield
+        finally:
+            # Already gone if the block's transaction ended inside it (a commit in the block).
+            if scope in self.scopes:
+                self.scopes.remove(scope)
+
+    def record(self, queue: str, writer: Publish) -> None:
+        """``queue`` gets claimable work when the current transaction commits; it goes to the
+        innermost open tracker, else to ``writer`` (the client that wrote the work)."""
         current = self._current()
         if current is not None:
-            self.frames.setdefault(current, set()).add(queue)
+            destination = self.scopes[-1].destination if self.scopes else writer
+            self.frames.setdefault(current, {}).setdefault(destination, set()).add(queue)
+
+    def _after_create(self, session: Session, trans: SessionTransaction) -> None:
+        if trans.parent is None:  # a root: the transaction that pending trackers cover
+            for scope in self.scopes:
+                if scope.transaction is None:
+                    scope.transaction = trans
 
     def _after_commit(self, session: Session) -> None:
         # Fires while the committing transaction (a root or a released savepoint) is current.
@@ -69,17 +113,23 @@ class SessionWakeups:
             self.committed.add(current)
 
     def _after_end(self, session: Session, trans: SessionTransaction) -> None:
-        queues = self.frames.pop(trans, set())
+        # The trackers that covered this transaction end with it, whichever way it ended.
+        self.scopes = [s for s in self.scopes if s.transaction is not trans]
+        frame = self.frames.pop(trans, {})
         if trans not in self.committed:
             return  # rolled back: its wakeups (and its savepoints') are dropped
         self.committed.discard(trans)
         if trans.parent is not None:
-            self.frames.setdefault(trans.parent, set()).update(queues)
-        elif self.sink is not None:
-            for queue in queues:
-                self.sink.add(queue)
-        elif self.publish is not None and queues:
-            self.publish([queue_payload(q) for q in sorted(queues)])
+            parent = self.frames.setdefault(trans.parent, {})
+            for destination, queues in frame.items():
+                parent.setdefault(destination, set()).update(queues)
+            return
+        for destination, queues in frame.items():
+            if callable(destination):
+                destination([queue_payload(q) for q in sorted(queues)])
+            else:
+                for queue in queues:
+                    destination.add(queue)
 
 
 def session_wakeups(session: Session) -> SessionWakeups:
@@ -91,12 +141,12 @@ def session_wakeups(session: Session) -> SessionWakeups:
 
 
 def track_session(session: AsyncSession | Session, wakeups: Wakeups) -> Wakeups:
-    """Collect the session's committed wakeups into ``wakeups`` (or the :class:`Wakeups`
-    already collecting them) instead of publishing them (``cyclone.track_wakeups(session)``)."""
+    """Collect the committed wakeups of the session's current transaction (or, outside one,
+    of the next it begins) into ``wakeups`` instead of publishing them
+    (``cyclone.track_wakeups(session)``)."""
     sync = session.sync_session if isinstance(session, AsyncSession) else session
-    tracker = session_wakeups(sync)
-    tracker.sink = tracker.sink or wakeups
-    return tracker.sink
+    session_wakeups(sync).track(wakeups)
+    return wakeups
 
 
 def _require_driver(dialect: Any, driver: str, what: str, fix: str) -> None:
@@ -134,7 +184,6 @@ def async_target(producer: Producer, publish: Publish, tx: object) -> CallerTran
         session = tx
         _require_driver(session.sync_session.get_bind().dialect, "asyncpg", "session", _ASYNC_FIX)
         tracker = session_wakeups(session.sync_session)
-        tracker.publish = tracker.publish or publish
 
         @contextlib.asynccontextmanager
         async def open_session() -> AsyncIterator[asyncpg.Connection]:
@@ -142,7 +191,7 @@ def async_target(producer: Producer, publish: Publish, tx: object) -> CallerTran
                 raise NotInTransactionError(NOT_IN_TRANSACTION_SA)
             yield await _asyncpg_of(await session.connection())
 
-        return CallerTransaction(producer, open_session, tracker.record)
+        return CallerTransaction(producer, open_session, lambda q: tracker.record(q, publish))
     if isinstance(tx, AsyncConnection):
         conn = tx
         _require_driver(conn.dialect, "asyncpg", "connection", _ASYNC_FIX)
@@ -172,14 +221,13 @@ def sync_parts(
         session = tx
         _require_driver(session.get_bind().dialect, "psycopg", "session", _SYNC_FIX)
         tracker = session_wakeups(session)
-        tracker.publish = tracker.publish or publish
 
         def session_conn() -> Any:
             if not session.in_transaction():
                 raise NotInTransactionError(NOT_IN_TRANSACTION_SA)
             return session.connection().connection.driver_connection
 
-        return session_conn, tracker.record
+        return session_conn, lambda q: tracker.record(q, publish)
     if isinstance(tx, Connection):
         conn = tx
         _require_driver(conn.dialect, "psycopg", "connection", _SYNC_FIX)
@@ -196,13 +244,14 @@ def sync_parts(
 @contextlib.asynccontextmanager
 async def async_transaction(publish: Publish, session: AsyncSession) -> AsyncIterator[AsyncSession]:
     """``client.transaction(session)``: the session's transaction (a savepoint when one is
-    open); its wakeups are published after the outermost commit."""
+    open); the wakeups of the block are the client's to publish, after the outermost commit,
+    whatever tracker an enclosing block has."""
     _require_driver(session.sync_session.get_bind().dialect, "asyncpg", "session", _ASYNC_FIX)
     tracker = session_wakeups(session.sync_session)
-    tracker.publish = tracker.publish or publish
     block = session.begin_nested() if session.in_transaction() else session.begin()
     async with block:
-        yield session
+        with tracker.block(publish):
+            yield session
 
 
 @contextlib.contextmanager
@@ -210,6 +259,6 @@ def sync_transaction(session: Session, publish: Publish) -> Iterator[Session]:
     """``cyclone.sync.Client.transaction(session)``, as :func:`async_transaction`."""
     _require_driver(session.get_bind().dialect, "psycopg", "session", _SYNC_FIX)
     tracker = session_wakeups(session)
-    tracker.publish = tracker.publish or publish
-    with session.begin_nested() if session.in_transaction() else session.begin():
+    block = session.begin_nested() if session.in_transaction() else session.begin()
+    with block, tracker.block(publish):
         yield session
