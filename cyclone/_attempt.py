@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import traceback
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -69,6 +69,8 @@ class Claimed:
     deps: str | None
     trace: str | None = None
     worker: str = ""
+    # When this worker claimed it (its clock): the attempt's start, as its failure records.
+    claimed_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
     @classmethod
     def from_row(cls, row: asyncpg.Record, *, queue: str, worker: str) -> Claimed:
@@ -150,7 +152,8 @@ def error_message(exc: BaseException) -> str:
 
 
 def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = None) -> str:
-    """The JSON kept for a failed attempt: type, message, traceback, time."""
+    """The JSON kept for a failed attempt: type, message, traceback, when it started (was
+    claimed) and when it failed."""
     tb = "".join(traceback.format_exception(exc))
     return _codec.encode_plain(
         {
@@ -160,6 +163,7 @@ def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = Non
             # would be lost, and one of any size would bloat every read of the run.
             "message": _codec.storable_text(error_message(exc), _MESSAGE_LIMIT),
             "traceback": _codec.storable_text(tb, _TRACEBACK_LIMIT),
+            "started_at": claimed.claimed_at.isoformat(),
             "at": dt.datetime.now(dt.UTC).isoformat(),
         }
     )

@@ -4,6 +4,7 @@ ends; purge waits for such nodes; a cancel racing a retry of the run leaves no t
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 
 import asyncpg
 import pytest
@@ -168,3 +169,21 @@ async def test_cancel_waiting_on_a_job_retry_leaves_no_task(cyclone_env: Cyclone
     assert await run.status() is cyclone.RunState.CANCELLED
     assert await count_rows(cyclone_env, "cyclone_tasks") == 0
     assert await cyclone_env.client.purge_terminal_runs(0) == 1
+
+
+@cyclone.step("failed.slow", max_attempts=1)
+async def slow_failure(ctx: cyclone.Context, n: int) -> int:
+    await asyncio.sleep(0.2)  # the attempt's length: what its record must span
+    raise RuntimeError("slow to fail")
+
+
+async def test_a_failed_attempt_records_when_it_started(cyclone_env: CycloneEnv) -> None:
+    """Each error record says when its attempt was claimed and when it failed, so that its
+    length can be shown (the dashboard's attempts)."""
+    run = await slow_failure.enqueue(cyclone_env.client, 1)
+    await cyclone_env.drain(steps=[slow_failure])
+    [error] = (await run.info()).nodes[0].errors
+    started = dt.datetime.fromisoformat(error["started_at"])
+    failed = dt.datetime.fromisoformat(error["at"])
+    assert started.tzinfo is not None
+    assert failed - started >= dt.timedelta(seconds=0.2)
