@@ -20,7 +20,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cyclone._client import Client
-from cyclone._errors import CycloneError, InvalidInputError, PayloadTooLargeError
+from cyclone._errors import (
+    CycloneError,
+    InvalidInputError,
+    PayloadTooLargeError,
+    UnknownQueueError,
+)
 from cyclone._run import Run
 from cyclone.web import _filters
 from cyclone.web._filters import BadRequest
@@ -212,22 +217,35 @@ class Actions:
     # Flow control from the overview (docs/flow-control.md).
 
     async def queue_pause(self, request: Request) -> Response:
-        """``client.queues.pause(queue)``."""
+        """``client.queues.pause(queue)``, creating the setting of a queue the overview
+        lists."""
         return await self._queue(request, pause=True)
 
     async def queue_resume(self, request: Request) -> Response:
-        """``client.queues.resume(queue)``."""
+        """``client.queues.resume(queue)``, likewise."""
         return await self._queue(request, pause=False)
 
     async def _queue(self, request: Request, *, pause: bool) -> Response:
         queue = request.path_params["queue"]
+        verb = "paused" if pause else "resumed"
+        # The overview offers Pause for every queue it lists, one whose work waits for a
+        # worker included: pausing such a queue in an incident is what the button is for,
+        # so it gets its setting here. A name the overview does not list stays unknown.
+        listed = queue in {s.queue for s in await self.client.stats()}
         try:
             if pause:
-                changed = await self.client.queues.pause(queue)
+                changed = await self.client.queues.pause(queue, create=listed)
             else:
-                changed = await self.client.queues.resume(queue)
+                changed = await self.client.queues.resume(queue, create=listed)
+        except UnknownQueueError:
+            text = (
+                f"Not {verb}: queue {queue!r} has no work, no setting and no live worker;"
+                " reload the overview for the queues it lists"
+            )
+            flash = {"text": text, "error": True}
+            status = 409
         except CycloneError as exc:
-            flash = {"text": f"Not {'paused' if pause else 'resumed'}: {exc}", "error": True}
+            flash = {"text": f"Not {verb}: {exc}", "error": True}
             status = 409
         else:
             done = "paused: workers claim nothing more from it" if pause else "resumed"

@@ -17,8 +17,7 @@ from starlette.responses import RedirectResponse, Response
 from cyclone._client import Client
 from cyclone._errors import RunNotFoundError
 from cyclone._run import Run, RunInfo, RunPayloads, RunState
-from cyclone._states import ReportedNodeState
-from cyclone.web import _filters, _svg
+from cyclone.web import _filters, _svg, _views
 from cyclone.web._render import Renderer
 
 THROUGHPUT_MINUTES = 60
@@ -124,11 +123,13 @@ async def run_view(client: Client, run_id: uuid.UUID) -> dict[str, Any]:
         payloads: RunPayloads | None = await run.payloads()
     except RunNotFoundError:  # purged between the two reads
         payloads = None
-    failed = [n.name for n in info.nodes if n.state == ReportedNodeState.FAILED]
+    # A wait node takes a signal (kept until the node is reached) unless its run completed or
+    # was cancelled: a failed run keeps it for after a retry.
     waits = [
         n.name
         for n in info.nodes
-        if n.kind is None
+        if info.state not in (RunState.COMPLETED, RunState.CANCELLED)
+        and n.kind is None
         and payloads is not None
         and n.name in payloads.nodes
         and not payloads.nodes[n.name].signalled
@@ -137,6 +138,9 @@ async def run_view(client: Client, run_id: uuid.UUID) -> dict[str, Any]:
         "info": info,
         "payloads": payloads,
         "dag": _svg.dag(info.nodes, info.edges),
-        "failed_nodes": failed,
         "wait_nodes": waits,
+        "actions": _views.run_actions(info),
+        "failure": _views.failure(info),
+        "attempts": _views.attempts(info.nodes),
+        "output_note": None if payloads is None else _views.no_output(info, payloads),
     }

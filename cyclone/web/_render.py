@@ -42,18 +42,61 @@ def when(value: dt.datetime | None) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def ago(seconds: float | None) -> str:
-    """A duration such as ``42s``, ``5m 3s``, ``2h 10m``, ``3d 4h``."""
+def iso(value: dt.datetime) -> str:
+    """A timestamp as ISO 8601 in UTC, to the millisecond: for ``<time datetime>``."""
+    return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def since(value: dt.datetime, now: dt.datetime) -> str:
+    """How long before ``now`` ``value`` was, in its largest unit: ``just now``,
+    ``42 s ago``, ``3 min ago``, ``5 h ago``, ``12 d ago``; ``in 3 min`` for a time still
+    to come; the date for a time more than 30 days away."""
+    seconds = (now - value).total_seconds()
+    # The database's clock and the app's differ a little: a few seconds either way is now.
+    if abs(seconds) < 5:
+        return "just now"
+    s = int(abs(seconds))
+    if s >= 30 * 86400:
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%d")
+    if s < 60:
+        span = f"{s} s"
+    elif s < 3600:
+        span = f"{s // 60} min"
+    elif s < 86400:
+        span = f"{s // 3600} h"
+    else:
+        span = f"{s // 86400} d"
+    return f"{span} ago" if seconds > 0 else f"in {span}"
+
+
+def duration(seconds: float | None) -> str:
+    """A duration such as ``850 ms``, ``4.2 s``, ``42 s``, ``5 min 3 s``, ``2 h 10 min``,
+    ``3 d 4 h``."""
     if seconds is None:
         return ""
+    if seconds < 1:
+        return f"{max(seconds, 0) * 1000:.0f} ms"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     s = int(seconds)
     if s < 60:
-        return f"{s}s"
+        return f"{s} s"
     if s < 3600:
-        return f"{s // 60}m {s % 60}s"
+        return f"{s // 60} min {s % 60} s"
     if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def took(start: dt.datetime, end: dt.datetime | None) -> str:
+    """The time from ``start`` to ``end`` as a :func:`duration` ("" when there is no end)."""
+    return "" if end is None else duration((end - start).total_seconds())
+
+
+def short_id(value: object) -> str:
+    """A run id's last 8 characters: its random part, which tells apart the runs of a page
+    (a time-ordered id starts with its creation time, the same for every run of a minute)."""
+    return f"…{str(value)[-8:]}"
 
 
 def _environment() -> jinja2.Environment:
@@ -64,7 +107,15 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(pretty=pretty, when=when, ago=ago)
+    env.filters.update(
+        pretty=pretty,
+        when=when,
+        iso=iso,
+        since=since,
+        duration=duration,
+        took=took,
+        short_id=short_id,
+    )
     env.globals.update(LARGE_JSON=LARGE_JSON)
     return env
 
@@ -84,6 +135,8 @@ class Renderer:
     ) -> HTMLResponse:
         """Render ``template`` with the common context; sets the CSRF cookie when new."""
         token, fresh = self.guard.token(request)
+        # Relative times ("3 min ago") count from one instant for the whole page.
+        context.setdefault("now", dt.datetime.now(dt.UTC))
         html = ENV.get_template(template).render(
             base=request.scope.get("root_path") or "",
             title=self.title,

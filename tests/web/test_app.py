@@ -5,6 +5,7 @@ escaping of everything the database holds."""
 from __future__ import annotations
 
 import asyncio
+import html as markup
 import re
 import uuid
 
@@ -19,7 +20,7 @@ import cyclone.web
 from cyclone.testing.plugin import CycloneEnv
 from cyclone.web import _live
 from tests.web.conftest import Dash, Make, failed_run
-from tests.web.flows import FAILING, STEPS, WORKFLOWS, approval, echo, forever
+from tests.web.flows import FAILING, STEPS, WORKFLOWS, approval, echo, forever, pipeline
 
 ACTIONS = ["/runs/{id}/retry", "/runs/{id}/cancel", "/runs/{id}/signal", "/runs/bulk"]
 
@@ -119,7 +120,7 @@ async def test_run_page_shows_nodes_traceback_dag_and_payloads_escaped(
         assert 'class="node completed" data-node="web.fetch"' in html
         assert html.count('class="edge"') == 2
         assert "Traceback (most recent call last)" in html and "ValueError" in html
-        assert 'id="retry-all"' in html and 'id="cancel"' in html
+        assert 'id="retry-all"' in html
         assert_escaped(html)  # the input's note and the error message
     async with make_dash() as dash:  # and in the runs list
         assert_escaped((await dash.get("/runs")).text)
@@ -261,7 +262,7 @@ async def test_authorize_hook(cyclone_env: CycloneEnv, make_dash: Make) -> None:
         assert denied.status_code == 403 and "not authorized" in denied.text
         admin = {"x-user": "admin"}
         page = await dash.get(f"/runs/{run_id}", headers=admin)
-        assert 'id="cancel"' in page.text  # authorize given: actions on, even off loopback
+        assert 'id="retry-all"' in page.text  # authorize given: actions on, even off loopback
         done = await dash.post(f"/runs/{run_id}/cancel", {}, headers=admin)
         assert done.status_code == 200
         assert (await dash.post(f"/runs/{run_id}/cancel", {})).status_code == 403
@@ -281,7 +282,7 @@ async def test_mounted_under_a_prefix(cyclone_env: CycloneEnv) -> None:
         dash = Dash(http)
         page = await dash.get(f"/jobs/runs/{run_id}")
         assert page.status_code == 200
-        assert f'action="/jobs/runs/{run_id}/cancel"' in page.text
+        assert f'action="/jobs/runs/{run_id}/retry"' in page.text
         assert 'href="/jobs/static/dashboard.css"' in page.text
         assert "Path=/jobs/" in page.headers["set-cookie"]
         static = await http.get("/jobs/static/htmx.min.js")
@@ -307,3 +308,188 @@ def test_options_are_checked(cyclone_env: CycloneEnv) -> None:
         cyclone.web.dashboard(cyclone_env.client, secret="short")
     with pytest.raises(ValueError, match="page_size must be"):
         cyclone.web.dashboard(cyclone_env.client, page_size=0)
+
+
+def actions_of(html: str) -> set[str]:
+    """The run actions a page offers: retry-all, cancel, and retry-node:<node> per node."""
+    found = set(re.findall(r'id="(retry-all|cancel|signal)"', html))
+    found |= {f"retry-node:{n}" for n in re.findall(r'name="node" value="([^"]+)"', html)}
+    return found
+
+
+async def test_actions_show_only_where_they_apply(cyclone_env: CycloneEnv, make_dash: Make) -> None:
+    client = cyclone_env.client
+    failed = await failed_run(cyclone_env)
+    given_up = await failed_run(cyclone_env, {"id": 2})  # failed, then cancelled
+    await cyclone.Run(client, given_up).cancel()
+    completed = await echo.enqueue(client, 1)
+    await cyclone_env.drain(steps=STEPS)
+    pending = await forever.enqueue(client, None)  # no worker: it stays pending
+    cancelled = await forever.enqueue(client, None)
+    await cancelled.cancel()
+    waiting = await approval.submit(client, {"id": 3})
+    async with make_dash() as dash:
+        offered = {
+            name: actions_of((await dash.get(f"/runs/{run_id}")).text)
+            for name, run_id in [
+                ("failed", failed),
+                ("completed", completed.id),
+                ("pending", pending.id),
+                ("cancelled", cancelled.id),
+                ("given up", given_up),
+                ("waiting", waiting.id),
+            ]
+        }
+        assert offered == {
+            "failed": {"retry-all", "retry-node:web.charge"},
+            "completed": set(),
+            "pending": {"cancel"},
+            "cancelled": set(),
+            "given up": set(),  # its node stays failed, but the run takes no retry
+            "waiting": {"cancel", "signal"},
+        }
+        # What the page hides, the endpoints still refuse, with the API's words.
+        for run_id in (completed.id, given_up):
+            retry = await dash.post(f"/runs/{run_id}/retry", {})
+            assert retry.status_code == 409
+            assert "Not retried:" in retry.text and "only a failed run can be retried" in retry.text
+            cancel = await dash.post(f"/runs/{run_id}/cancel", {})
+            assert cancel.status_code == 409
+            assert "already completed or been cancelled" in cancel.text
+        node = await dash.post(f"/runs/{given_up}/retry", {"node": "web.charge"})
+        assert node.status_code == 409 and "only a failed run can be retried" in node.text
+        retry = await dash.post(f"/runs/{pending.id}/retry", {})
+        assert retry.status_code == 409 and "only a failed run can be retried" in retry.text
+    assert await completed.status() is cyclone.RunState.COMPLETED
+    assert await cyclone.Run(client, given_up).status() is cyclone.RunState.CANCELLED
+
+
+RECENT = r"(just now|\d+ s ago)"
+"""A relative time of a moment ago (the machine may be slow)."""
+
+
+def section(html: str, css_id: str) -> str:
+    found = re.search(rf'<section class="[^"]*" id="{css_id}">(.*?)</section>', html, re.S)
+    assert found, css_id
+    return found[1]
+
+
+def text(fragment: str) -> str:
+    """A fragment's text as a reader sees it: tags gone, entities decoded, spaces folded."""
+    return " ".join(markup.unescape(re.sub(r"<[^>]+>", "", fragment)).split())
+
+
+async def test_failure_summary_is_readable(cyclone_env: CycloneEnv, make_dash: Make) -> None:
+    run_id = await failed_run(cyclone_env)
+    async with make_dash() as dash:
+        html = (await dash.get(f"/runs/{run_id}")).text
+    summary = section(html, "run-error")
+    assert re.fullmatch(
+        re.escape(
+            'Why it failed ValueError: card declined <script>document.title="pwned"</script>'
+            "<b>bold</b> Node web.charge, attempt 1, "
+        )
+        + rf"{RECENT}, after [0-9.]+ m?s\. Traceback below",
+        text(summary),
+    ), text(summary)
+    assert "traceback" not in summary.lower().replace("traceback below", "")  # no JSON dump
+    assert html.count("Traceback (most recent call last)") == 1  # under its node, once
+    anchor = re.search(r'<a href="#([^"]+)">Traceback below</a>', summary)
+    assert anchor and f'<details class="attempt" id="{anchor[1]}" open>' in html
+    # Times read as times: no microseconds, the full time on hover.
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}", html)
+    assert re.search(rf'<time datetime="[-0-9T:.]+Z" title="[-0-9 :]+ UTC">{RECENT}</time>', html)
+    assert re.search(
+        r"Finished</dt><dd>[-0-9 :]+ UTC <span class=\"muted\">· took [0-9.]+ m?s<", html
+    )
+
+
+async def test_attempts_show_their_duration(cyclone_env: CycloneEnv, make_dash: Make) -> None:
+    run_id = await failed_run(cyclone_env)
+    # An error record that says when its attempt started gives the attempt's duration.
+    await cyclone_env.pool.execute(
+        "UPDATE cyclone_steps SET errors = jsonb_set(errors, '{0,started_at}',"
+        " to_jsonb((errors->0->>'at')::timestamptz - interval '83 seconds'))"
+        " WHERE run_id = $1 AND node = 'web.charge'",
+        run_id,
+    )
+    async with make_dash() as dash:
+        html = (await dash.get(f"/runs/{run_id}")).text
+    attempt = re.search(r'<details class="attempt"[^>]*>\s*<summary>(.*?)</summary>', html, re.S)
+    assert attempt
+    assert re.search(rf"· failed {RECENT} after 1 min 23 s$", text(attempt[1])), attempt[1]
+
+
+async def test_output_says_why_there_is_none(cyclone_env: CycloneEnv, make_dash: Make) -> None:
+    client = cyclone_env.client
+    failed = await failed_run(cyclone_env)
+    signalled = await approval.submit(client, {"id": 1})  # no result node
+    await client.signal(signalled.id, "approve", True)
+    done = await echo.enqueue(client, None)  # a job that returns null
+    FAILING["charge"] = False
+    shipped = await pipeline.submit(client, {"id": 2})
+    await cyclone_env.drain(steps=STEPS, workflows=WORKFLOWS)
+    assert await signalled.status() is cyclone.RunState.COMPLETED
+    pending = await forever.enqueue(client, None)  # no worker: it stays pending
+    cancelled = await forever.enqueue(client, None)
+    await cancelled.cancel()
+
+    async def output(run_id: uuid.UUID) -> str:
+        async with make_dash() as dash:
+            html = (await dash.get(f"/runs/{run_id}")).text
+        return text(html.split("<h2>Output</h2>", 1)[1].split("</section>", 1)[0])
+
+    assert await output(failed) == "No output: the run failed."
+    assert await output(pending.id) == "None yet: the run has not finished."
+    assert await output(cancelled.id) == "No output: the run was cancelled."
+    assert await output(signalled.id) == (
+        "No output: this workflow has no result node, or its result is null."
+    )
+    assert await output(done.id) == "null"
+    assert await output(shipped.id) == '"shipped"'
+
+
+async def test_runs_rows_are_compact(cyclone_env: CycloneEnv, make_dash: Make) -> None:
+    failed = await failed_run(cyclone_env)
+    async with make_dash() as dash:
+        html = (await dash.get("/runs")).text
+    row = re.search(rf'<tr data-run="{failed}">(.*?)</tr>', html, re.S)
+    assert row
+    # The id's random tail, linking to the run, the whole id on hover.
+    link = f'<a class="id" href="/runs/{failed}" title="{failed}">…{str(failed)[-8:]}</a>'
+    assert link in row[1]
+    times = re.findall(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>', row[1])
+    assert len(times) == 2, row[1]
+    assert all(re.fullmatch(RECENT, t[2]) and t[1].endswith(" UTC") for t in times), times
+    assert 'Finished</th><th class="num">Took</th>' in html
+    # The time filters' hints read as hints, not as values.
+    placeholders = re.findall(r'name="(after|before)" value="" placeholder="([^"]+)"', html)
+    assert placeholders == [("after", "e.g. 2025-01-31T14:05"), ("before", "e.g. 2025-02-01")]
+
+
+async def test_pause_a_queue_whose_work_no_worker_serves(
+    cyclone_env: CycloneEnv, make_dash: Make
+) -> None:
+    client = cyclone_env.client
+    await echo.enqueue_many(client, [1, 2, 3], queue="incident")  # no worker, no setting
+    async with make_dash() as dash:
+        html = (await dash.get("/")).text
+        assert 'data-queue="incident"' in html and 'id="no-workers"' in html
+        assert 'action="/queues/incident/pause"' in html
+        paused = await dash.post("/queues/incident/pause", {}, headers={"HX-Request": "true"})
+        assert paused.status_code == 200, paused.text
+        assert "Queue incident paused: workers claim nothing more from it." in paused.text
+        assert (await client.queues.get("incident")).paused
+        assert 'action="/queues/incident/resume"' in paused.text
+        resumed = await dash.post("/queues/incident/resume", {})
+        assert resumed.status_code == 200 and "Queue incident resumed." in resumed.text
+        assert not (await client.queues.get("incident")).paused
+        # A queue the overview does not list is refused, and nothing is written.
+        unknown = await dash.post("/queues/nosuch/pause", {})
+        assert unknown.status_code == 409
+        assert (
+            "Not paused: queue &#39;nosuch&#39; has no work, no setting and no live worker;"
+            " reload the overview for the queues it lists"
+        ) in unknown.text
+    stored = await cyclone_env.pool.fetch("SELECT queue FROM cyclone_queues")
+    assert [r["queue"] for r in stored] == ["incident"]

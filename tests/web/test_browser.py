@@ -1,6 +1,7 @@
 """The dashboard in a real headless Chromium (Selenium), served by uvicorn on 127.0.0.1 over a
 real database with a worker: overview, filtering, a failed workflow's traceback, retry_all
-completing live without a reload, cancelling a running run, a hostile payload shown as text.
+completing live without a reload, cancelling a running run, a hostile payload shown as text;
+and, measured at 1280x800, runs one line each and a failed run's summary.
 
 Screenshots of each page go to ``$CYCLONE_ARTIFACTS/dashboard`` (else a temp folder); the
 test prints where. Without Chromium it skips, except in CI (``CI`` set), where it must run.
@@ -27,7 +28,16 @@ import uvicorn
 import cyclone
 import cyclone.web
 from cyclone.testing.plugin import TEST_WORKER_OPTIONS, DatabaseFactory
-from tests.web.flows import FAILING, HOSTILE, STEPS, WORKFLOWS, echo, forever, pipeline
+from tests.web.flows import (
+    FAILING,
+    HOSTILE,
+    STEPS,
+    WORKFLOWS,
+    approval,
+    echo,
+    forever,
+    pipeline,
+)
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 WAIT = 90.0  # seconds; the machine may be busy
@@ -184,7 +194,7 @@ def test_operator_walkthrough(served: Served, browser: WebDriver, shots: Path) -
     browser.save_screenshot(str(shots / "runs.png"))
 
     # Open the failed run: the failed node's traceback, the hostile text as text.
-    browser.find_element(By.LINK_TEXT, str(failed.id)).click()
+    browser.find_element(By.CSS_SELECTOR, f'a[title="{failed.id}"]').click()
     wait_text(browser, "#run-state", "failed")
     traceback = text_of(browser, 'tr.detail[data-node="web.charge"] pre.traceback')
     assert "Traceback (most recent call last)" in traceback
@@ -210,8 +220,90 @@ def test_operator_walkthrough(served: Served, browser: WebDriver, shots: Path) -
     browser.find_element(By.ID, "cancel").click()
     wait_text(browser, "#run-state", "cancelled")
     assert served.call(running.status()) is cyclone.RunState.CANCELLED
+    assert not browser.find_elements(By.ID, "cancel")  # a cancelled run offers no action
     browser.save_screenshot(str(shots / "run-cancelled.png"))
+
+    # Signal a wait node: the form lives in the refreshed part; the run completes live.
+    waiting = served.call(approval.submit(served.client, {"id": 3}))
+    browser.get(f"{served.url}/runs/{waiting.id}")
+    payload = browser.find_element(By.NAME, "payload")
+    payload.clear()
+    payload.send_keys('{"by": "ops"}')
+    browser.find_element(By.ID, "signal").click()
+    wait_text(browser, "#run-state", "completed")
+    assert not browser.find_elements(By.ID, "signal")  # a completed run takes no signal
+    assert served.call(waiting.payloads()).nodes["approve"].signal == {"by": "ops"}
 
     # A run id that does not exist: the 404 page.
     browser.get(f"{served.url}/runs/{uuid.uuid4()}")
     assert "not found" in text_of(browser, "#message")
+
+
+ROW_MAX_PX = 32
+"""The tallest a row of the runs list may be: one line of text and its padding."""
+ROWS_MIN = 20
+"""Rows of the runs list that fit in a 1280x800 window under the filters, at the least."""
+
+MEASURE_ROWS = """
+const rows = [...document.querySelectorAll("tr[data-run]")];
+const lines = [...document.querySelectorAll("tr[data-run] time, tr[data-run] td.id a")];
+return {
+  viewport: [window.innerWidth, window.innerHeight],
+  heights: rows.map(r => r.getBoundingClientRect().height),
+  visible: rows.filter(r => r.getBoundingClientRect().bottom <= window.innerHeight).length,
+  wrapped: lines.filter(e => e.getClientRects().length !== 1).map(e => e.outerHTML),
+  overflow: document.documentElement.scrollWidth > window.innerWidth,
+};
+"""
+
+PLACEHOLDER = """
+const input = document.querySelector("input[name=after]");
+return [getComputedStyle(input).color, getComputedStyle(input, "::placeholder").color,
+        getComputedStyle(input, "::placeholder").fontStyle];
+"""
+
+
+def test_runs_fit_one_line_each_and_a_failure_reads_well(
+    served: Served, browser: WebDriver, shots: Path
+) -> None:
+    FAILING["charge"] = True
+    jobs = served.call(echo.enqueue_many(served.client, [{"n": i} for i in range(35)]))
+    failed = [
+        served.call(pipeline.submit(served.client, {"id": i, "note": HOSTILE * 3}))
+        for i in range(4)
+    ]
+    keyed, _ = served.call(pipeline.submit_once(served.client, "order-2025-000042", {"id": 42}))
+    failed.append(keyed)
+    for run in [*jobs, *failed]:
+        served.call(run.wait(timeout=WAIT))
+    # A viewport of 1280x800: the window is larger by its frame.
+    frame = browser.execute_script("return window.outerHeight - window.innerHeight;")
+    browser.set_window_size(1280, 800 + frame)
+
+    browser.get(served.url + "/runs")
+    WebDriverWait(browser, WAIT).until(
+        lambda b: len(b.find_elements(By.CSS_SELECTOR, "tr[data-run]")) == 40
+    )
+    measured = browser.execute_script(MEASURE_ROWS)
+    browser.save_screenshot(str(shots / "runs-1280x800.png"))
+    assert max(measured["heights"]) <= ROW_MAX_PX, measured["heights"]
+    assert measured["visible"] >= ROWS_MIN, measured
+    assert measured["wrapped"] == [], measured["wrapped"]  # ids and times on one line
+    assert not measured["overflow"]  # no sideways scrolling: long errors end in an ellipsis
+    colour, hint, style = browser.execute_script(PLACEHOLDER)
+    assert hint != colour and style == "italic"  # the time filter's hint is no value
+
+    # A failed run: the summary names the error, node and attempt; one traceback, under it.
+    newest = failed[-2].id
+    browser.find_element(By.CSS_SELECTOR, f'a[title="{newest}"]').click()
+    wait_text(browser, "#run-state", "failed")
+    summary = text_of(browser, "#run-error")
+    assert f"ValueError: card declined {HOSTILE}" in summary
+    assert "Node web.charge, attempt 1," in summary
+    assert len(browser.find_elements(By.CSS_SELECTOR, "pre.traceback")) == 1
+    assert browser.find_elements(By.ID, "retry-all") and not browser.find_elements(By.ID, "cancel")
+    assert text_of(browser, "#no-output") == "No output: the run failed."
+    browser.save_screenshot(str(shots / "run-failed-1280x800.png"))
+    browser.find_element(By.LINK_TEXT, "Traceback below").click()
+    traceback = browser.find_element(By.CSS_SELECTOR, "pre.traceback")
+    assert traceback.is_displayed() and "Traceback (most recent call last)" in traceback.text

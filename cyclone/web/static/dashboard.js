@@ -1,14 +1,26 @@
 /* Cyclone dashboard: refresh the page's live part when the server says something changed
  * (server-sent events from LISTEN/NOTIFY), and on a timer as the fallback (shorter while
- * the event stream is down). No refresh while runs are selected for a bulk action. */
+ * the event stream is down). No refresh while runs are selected for a bulk action, nor
+ * while a field of the live part (a signal's payload) is being filled in. */
 (function () {
   "use strict";
   var body = document.body;
   var status = document.getElementById("live-status");
   var timer = null;
 
+  function editing() {
+    var active = document.activeElement;
+    if (active && active.closest && active.closest("#live form") &&
+        /^(TEXTAREA|SELECT|INPUT)$/.test(active.tagName) && active.name !== "id") return true;
+    var fields = document.querySelectorAll("#live textarea");
+    for (var i = 0; i < fields.length; i++) {
+      if (fields[i].value !== fields[i].defaultValue) return true;
+    }
+    return false;
+  }
+
   function refresh() {
-    if (document.querySelector("input[name=id]:checked")) return;
+    if (document.querySelector("input[name=id]:checked") || editing()) return;
     htmx.trigger(body, "cyclone-refresh");
   }
 
