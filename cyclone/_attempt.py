@@ -158,6 +158,7 @@ def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = Non
     return _codec.encode_plain(
         {
             "attempt": claimed.attempt,
+            "node": claimed.node,
             "type": error_type(exc, kind),
             # jsonb cannot store NUL or lone surrogates; an error that could not be stored
             # would be lost, and one of any size would bloat every read of the run.

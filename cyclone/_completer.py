@@ -40,7 +40,7 @@ from cyclone._attempt import (
     lost_completion,
 )
 from cyclone._database import Database, Held
-from cyclone._errors import InvalidStateError
+from cyclone._errors import InvalidStateError, SchemaNotMigratedError
 from cyclone._publisher import Publisher
 from cyclone._transitions import Effects
 
@@ -303,7 +303,7 @@ class Completer:
             await asyncio.shield(completion.rollback())
             if isinstance(exc, db.RETRYABLE_ERRORS):
                 raise lost_completion(exc) from exc
-            if isinstance(exc, asyncpg.PostgresError):
+            if isinstance(exc, asyncpg.PostgresError | SchemaNotMigratedError):
                 raise aborted_completion(exc) from exc
             raise
         if not accepted:

@@ -111,11 +111,38 @@ class NoOutputError(RunOutcomeError):
 
 
 class RunFailedError(RunOutcomeError):
-    """The run failed, so it has no result. ``error`` holds the cause as stored."""
+    """The run failed, so it has no result. ``error`` holds the cause as stored (a dict of
+    ``type``, ``message``, ``attempt``, ``traceback``... for a failed attempt), ``traceback``
+    the handler's traceback when it was stored (else None).
+
+    The message says the cause in a line, the error's type and message, with the node and
+    the attempt when they were stored; the traceback stays out of it (``traceback`` has it,
+    as do ``run.info()`` and the dashboard's run page).
+    """
 
     def __init__(self, run_id: uuid.UUID, error: object) -> None:
-        super().__init__(f"run {run_id} failed: {error}", run_id)
+        super().__init__(f"run {run_id} failed{_cause(error)}", run_id)
         self.error = error
+        found = error.get("traceback") if isinstance(error, dict) else None
+        self.traceback: str | None = found if isinstance(found, str) else None
+
+
+def _cause(error: object) -> str:
+    """A stored error as the end of a message: ``: ValueError: boom (attempt 3)``."""
+    if error is None:
+        return ""
+    if not isinstance(error, dict):
+        return f": {error}"
+    kind, message = error.get("type"), error.get("message")
+    text = ": ".join(str(part) for part in (kind, message) if part not in (None, ""))
+    where = []
+    if error.get("node") is not None:
+        where.append(f"node {error['node']!r}")
+    if error.get("attempt") is not None:
+        where.append(f"attempt {error['attempt']}")
+    if not text:  # a stored error with neither: show what it holds, traceback left out
+        text = str({k: v for k, v in error.items() if k != "traceback"})
+    return f": {text}" + (f" ({', '.join(where)})" if where else "")
 
 
 class RunCancelledError(RunOutcomeError):
@@ -264,17 +291,29 @@ def _versions(versions: list[int]) -> str:
 
 class SchemaNotMigratedError(SetupError):
     """The schema lacks migrations this version of cyclone-pg ships: the database is older
-    than the code. ``missing`` lists them; run ``cyclone migrate`` or ``client.migrate()``."""
+    than the code. Run ``cyclone migrate`` or ``client.migrate()``.
 
-    def __init__(self, schema: str, missing: list[int], *, empty: bool) -> None:
+    ``missing`` lists them when the schema was checked (``client.check_schema()``, a worker's
+    start, every ``cyclone`` command). When a statement found a Cyclone table, function or
+    column missing instead, ``found`` is the server's message and ``missing`` is empty (the
+    statement's failure aborted the transaction it ran in, so nothing more was asked);
+    ``raise ... from`` keeps the driver's error as ``__cause__``.
+    """
+
+    def __init__(
+        self, schema: str, missing: list[int], *, empty: bool, found: str | None = None
+    ) -> None:
         lacks = f"lacks Cyclone migrations {_versions(missing)}"
         if empty:
             lacks = "has no Cyclone tables"
+        elif found is not None:
+            lacks = f"lacks Cyclone migrations this version of cyclone-pg needs ({found})"
         super().__init__(
             f"schema {schema!r} {lacks}: run `cyclone migrate` (or `await client.migrate()`)"
         )
         self.schema = schema
         self.missing = missing
+        self.found = found
 
 
 class SchemaVersionError(SetupError):

@@ -109,7 +109,7 @@ class Executor:
             output = _codec.encode(
                 result,
                 step.output_type,
-                what=f"output of {step.name!r}",
+                what=f"output of step {step.name!r}",
                 limit=self._client.output_limit,
             )
         except Snooze as snooze:

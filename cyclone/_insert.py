@@ -131,7 +131,7 @@ def plan_jobs(
     if opts.unique is not None and len(inputs) != 1:
         raise InvalidInputError("unique= applies to a single enqueue, not to enqueue_many")
     encoded = encode_array(
-        inputs, kind.input_type, what=f"input of {kind.name!r}", limit=payload_limit(client)
+        inputs, kind.input_type, what=f"input of step {kind.name!r}", limit=payload_limit(client)
     )
     return JobPlan(
         kind=kind,

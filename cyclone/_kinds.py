@@ -12,7 +12,7 @@ import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, overload
 
-from cyclone import _insert
+from cyclone import _codec, _insert
 from cyclone._context import Context
 from cyclone._errors import InvalidInputError
 from cyclone._keys import validate_name
@@ -39,7 +39,12 @@ Handler = Callable[["Context", In], Awaitable[Out]]
 
 
 class Kind(Generic[In_contra, Out_co]):
-    """A named kind of work with typed input and output; enqueue it as a standalone job."""
+    """A named kind of work with typed input and output; enqueue it as a standalone job.
+
+    Its types are checked when it is declared: msgspec must be able to store them as JSON.
+    Messages call every kind a step: a registered kind is a step whose handler runs
+    elsewhere.
+    """
 
     def __init__(
         self,
@@ -54,6 +59,8 @@ class Kind(Generic[In_contra, Out_co]):
         self.name = validate_name(name, what="a kind's name")
         self.input_type = input_type
         self.output_type = type(None) if output_type is None else output_type
+        _codec.check_type(input_type, what=f"input of step {self.name!r}")
+        _codec.check_type(self.output_type, what=f"output of step {self.name!r}")
         self.queue = validate_queue(queue)
         self.max_attempts = validate_int(max_attempts, what="max_attempts", low=1)
         self.priority = validate_int(priority, what="priority", low=-(2**31 - 1))
@@ -112,6 +119,14 @@ class Step(Kind[In_contra, Out_co]):
         from cyclone._options import seconds
 
         input_type, declared_output = _signature(name, handler)
+        if output_type is not ... and declared_output is not output_type:
+            # An action: its runs store no output, so a handler annotated to return one
+            # would fail every attempt at its completion.
+            raise InvalidInputError(
+                f"action {name!r} is annotated -> {_codec.type_name(declared_output)}, but an "
+                "action returns None (it has no output): annotate it -> None, or declare it "
+                "with @cyclone.step to keep its output"
+            )
         super().__init__(
             name,
             input_type,
@@ -135,7 +150,8 @@ def _signature(name: str, handler: Callable[..., Any]) -> tuple[Any, Any]:
         raise InvalidInputError(
             f"the handler of step {name!r} must take (ctx, input), it takes {len(params)}"
         )
-    hints = typing.get_type_hints(handler)
+    # With their extras: Annotated[int, msgspec.Meta(ge=0)] keeps the constraint it declares.
+    hints = typing.get_type_hints(handler, include_extras=True)
     input_name = params[1].name
     if input_name not in hints:
         raise InvalidInputError(f"annotate the input parameter of step {name!r} with its type")
@@ -207,3 +223,29 @@ def register_kind(
     (:class:`KindOptions`) are ``queue``, ``max_attempts`` and ``priority``, as
     :func:`step`'s."""
     return Kind(name, input_type, output_type, **options)
+
+
+def require_kind(kind: object, *, call: str) -> None:
+    """Refuse anything but a kind as the kind of ``cyclone.<call>()`` (a kind's name, a
+    handler function): the call would fail later with an ``AttributeError``."""
+    if isinstance(kind, Kind):
+        return
+    if isinstance(kind, str):
+        instead = (
+            f"pass the step itself, or declare the kind in this process with "
+            f"cyclone.register_kind({kind!r}, InputType, OutputType) and pass that"
+        )
+    elif hasattr(kind, "submit_tx"):
+        instead = (
+            "a workflow is submitted, not enqueued: use workflow.submit(client, input), "
+            "cyclone.submit_tx or cyclone.submit_completion"
+        )
+    elif callable(kind):
+        instead = "decorate the function with @cyclone.step(name) and pass the step"
+    else:
+        instead = "pass the step itself"
+    raise InvalidInputError(
+        f"cyclone.{call}() takes a step (from @cyclone.step or @cyclone.action) or a kind "
+        f"from cyclone.register_kind(...), got {_codec.type_name(type(kind))} {kind!r}: "
+        f"{instead}"
+    )

@@ -54,6 +54,15 @@ _ALIASES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
+# The fields of a cron expression, in order, by the names cronsim's errors give them: the
+# first and last number each takes.
+_CRON_FIELDS = {
+    "minute": (0, 59),
+    "hour": (0, 23),
+    "day-of-month": (1, 31),
+    "month": (1, 12),
+    "day-of-week": (0, 7),
+}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _US = dt.timedelta(microseconds=1)
 
@@ -109,6 +118,26 @@ def _aware(value: object, *, what: str) -> dt.datetime:
     return value.astimezone(dt.UTC)
 
 
+def _cron_problem(expression: str, exc: CronSimError) -> str:
+    """What is wrong with a five-field ``expression`` cronsim refused, in cron's words: the
+    field, its value and the numbers it takes (cronsim says only ``Bad minute``)."""
+    field = str(exc).removeprefix("Bad ")
+    if field not in _CRON_FIELDS:  # not about one field: say it as cronsim does
+        return str(exc)
+    value = expression.split()[list(_CRON_FIELDS).index(field)]
+    low, high = _CRON_FIELDS[field]
+    for term in value.split(","):
+        ends = [int(n) for n in term.partition("/")[0].split("-") if n.isdigit()]
+        if out := [n for n in ends if not low <= n <= high]:
+            return f"{field} {out[0]} is out of range {low}-{high}"
+    if field == "day-of-month" and value.isdigit():
+        return f"day-of-month {value} never occurs in month {expression.split()[3]!r}"
+    return (
+        f"{field} {value!r} is not valid: a field takes numbers {low}-{high}, '*', lists "
+        "(1,15), ranges (1-5) and steps of 1 or more (*/15)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     """When a schedule's slots are: a cron expression in a zone, or an interval from a start.
@@ -156,7 +185,9 @@ class Timing:
         try:
             CronSim(expanded, dt.datetime(2000, 1, 1, tzinfo=zone))
         except CronSimError as exc:
-            raise InvalidScheduleError(f"invalid cron expression {cron!r}: {exc}") from None
+            raise InvalidScheduleError(
+                f"invalid cron expression {cron!r}: {_cron_problem(expanded, exc)}"
+            ) from None
         return Timing(expr, None, zone.key, None)
 
     def _expression(self) -> str:
@@ -304,6 +335,12 @@ class Schedule(Generic[In]):
         self.catch_up_window = _check_policy(catch_up, catch_up_window, overlap)
         self.catch_up = catch_up
         self.overlap = overlap
+        if input is None and not _codec.accepts(None, target.input_type):
+            raise InvalidScheduleError(
+                f"input= is required: schedule {self.name!r} runs {target.name!r}, which takes "
+                f"{_codec.type_name(target.input_type)}; pass input=VALUE, or a function of the "
+                "slot's time that returns it (input=lambda slot: ...)"
+            )
         self.input = input
         self.input_fn: Callable[[dt.datetime], In] | None = input if callable(input) else None
         # A value input is checked now, so a bad one fails at declaration, not at each slot.

@@ -9,6 +9,7 @@ it keeps the graph it was submitted with when a later deploy changes the definit
 
 from __future__ import annotations
 
+import typing
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -107,6 +108,7 @@ class Workflow(Generic[In]):
 
     def __init__(self, name: str, input_type: Any) -> None:
         self.name = validate_name(name, what="a workflow's name")
+        _codec.check_type(input_type, what=f"input of workflow {self.name!r}")
         self.input_type = input_type
         self._nodes: dict[str, Node[Any]] = {}
         self._result: str | None = None
@@ -152,8 +154,9 @@ class Workflow(Generic[In]):
             raise InvalidInputError(f"{step!r} is not a step or kind")
         if input is None and not _accepts(step.input_type, self.input_type):
             raise InvalidInputError(
-                f"step {step.name!r} takes {step.input_type!r}, not the workflow input "
-                f"{self.input_type!r}: pass input=fn(workflow_input, outputs) to build it"
+                f"step {step.name!r} takes {_codec.type_name(step.input_type)}, not the "
+                f"workflow input {_codec.type_name(self.input_type)}: pass "
+                "input=fn(workflow_input, outputs) to build it"
             )
         if input is not None and not callable(input):
             raise InvalidInputError("input= must be a function (workflow_input, outputs)")
@@ -259,7 +262,10 @@ class Workflow(Generic[In]):
             raise InvalidInputError(f"workflow {self.name!r} has no nodes")
         result_node = self._result_node()
         encoded = _codec.encode(
-            input, self.input_type, what=f"input of {self.name!r}", limit=payload_limit(producer)
+            input,
+            self.input_type,
+            what=f"input of workflow {self.name!r}",
+            limit=payload_limit(producer),
         )
         nodes = list(self._nodes.values())
         return SubmitPlan(
@@ -299,6 +305,7 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
 
     def __init__(self, name: str, input_type: Any, output_type: Any) -> None:
         super().__init__(name, input_type)
+        _codec.check_type(output_type, what=f"result of workflow {self.name!r}")
         self.output_type = output_type
 
     def set_result(self, node: Node[Out]) -> None:
@@ -308,8 +315,8 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
             raise UnknownNodeError(f"{node!r} is not a node of workflow {self.name!r}", name)
         if node.kind is not None and not _accepts(self.output_type, node.kind.output_type):
             raise InvalidInputError(
-                f"node {node.name!r} outputs {node.kind.output_type!r}, "
-                f"not the workflow result {self.output_type!r}"
+                f"node {node.name!r} outputs {_codec.type_name(node.kind.output_type)}, "
+                f"not the workflow result {_codec.type_name(self.output_type)}"
             )
         self._result = node.name
 
@@ -355,9 +362,15 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
 
 
 def _accepts(wanted: Any, given: Any) -> bool:
+    wanted, given = _bare(wanted), _bare(given)
     if wanted is Any or wanted is object or wanted == given:
         return True
     return isinstance(wanted, type) and isinstance(given, type) and issubclass(given, wanted)
+
+
+def _bare(tp: Any) -> Any:
+    """``tp`` without its ``Annotated`` constraints, which the worker checks on decode."""
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
 
 
 @overload
@@ -378,3 +391,21 @@ def define_result(name: str, input_type: Any, output_type: Any) -> ResultWorkflo
 def define_result(name: str, input_type: Any, output_type: Any) -> ResultWorkflow[Any, Any]:
     """Define a workflow with a typed result; pick the result node with ``set_result``."""
     return ResultWorkflow(name, input_type, output_type)
+
+
+def require_workflow(workflow: object, *, call: str) -> None:
+    """Refuse anything but a workflow as the workflow of ``cyclone.<call>()`` (its name, a
+    step): the call would fail later with an ``AttributeError``."""
+    if isinstance(workflow, Workflow):
+        return
+    if isinstance(workflow, Kind):
+        instead = (
+            f"a step is enqueued, not submitted: use cyclone.{call.replace('submit', 'enqueue')}"
+        )
+    else:
+        instead = "pass the workflow object itself"
+    raise InvalidInputError(
+        f"cyclone.{call}() takes a workflow from cyclone.define(...) or "
+        f"cyclone.define_result(...), got {_codec.type_name(type(workflow))} {workflow!r}: "
+        f"{instead}"
+    )

@@ -161,7 +161,7 @@ def test_bad_declarations_are_refused(options: dict[str, object], message: str) 
 
 
 def test_a_value_input_is_checked_against_the_target_at_declaration() -> None:
-    with pytest.raises(cyclone.InvalidInputError, match="input of schedule 'bad' does not match"):
+    with pytest.raises(cyclone.InvalidInputError, match="input of schedule 'bad' must be int"):
         cyclone.schedule("bad", job, every=60, input="not an int")
 
 
