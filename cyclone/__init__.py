@@ -5,10 +5,12 @@ Everything public is re-exported here; the modules behind it are private.
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar, Unpack, overload
 
+from cyclone import _kinds, _workflow
 from cyclone._client import Client
 from cyclone._context import Context, Snooze
 from cyclone._errors import (
@@ -76,6 +78,12 @@ from cyclone._workflow import Node, ResultWorkflow, Workflow, define, define_res
 
 In = TypeVar("In")
 Out = TypeVar("Out")
+
+try:
+    __version__ = importlib.metadata.version("cyclone-pg")
+    """The installed cyclone-pg's version, as ``cyclone --version`` prints it."""
+except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Client",
@@ -170,6 +178,7 @@ async def enqueue(
     client: Client, kind: Kind[In, Out], input: In, **options: Unpack[EnqueueOptions]
 ) -> ResultRun[Out]:
     """Enqueue one job of ``kind``; the same as ``kind.enqueue(client, input, ...)``."""
+    _kinds.require_kind(kind, call="enqueue")
     return await kind.enqueue(client, input, **options)
 
 
@@ -177,6 +186,7 @@ async def enqueue_tx(
     client: Client, tx: Tx, kind: Kind[In, Out], input: In, **options: Unpack[EnqueueOptions]
 ) -> ResultRun[Out]:
     """Enqueue one job in the caller's transaction; the same as ``kind.enqueue_tx``."""
+    _kinds.require_kind(kind, call="enqueue_tx")
     return await kind.enqueue_tx(client, tx, input, **options)
 
 
@@ -187,6 +197,7 @@ async def enqueue_many(
     **options: Unpack[EnqueueManyOptions],
 ) -> list[ResultRun[Out]]:
     """Enqueue many jobs in one round trip; the same as ``kind.enqueue_many``."""
+    _kinds.require_kind(kind, call="enqueue_many")
     return await kind.enqueue_many(client, inputs, **options)
 
 
@@ -198,6 +209,7 @@ async def enqueue_many_tx(
     **options: Unpack[EnqueueManyOptions],
 ) -> list[ResultRun[Out]]:
     """Enqueue many jobs in the caller's transaction; the same as ``kind.enqueue_many_tx``."""
+    _kinds.require_kind(kind, call="enqueue_many_tx")
     return await kind.enqueue_many_tx(client, tx, inputs, **options)
 
 
@@ -220,6 +232,7 @@ async def submit_tx(
 
     A :class:`ResultWorkflow` gives a :class:`ResultRun`.
     """
+    _workflow.require_workflow(workflow, call="submit_tx")
     return await workflow.submit_tx(client, tx, input, **options)
 
 
@@ -235,6 +248,7 @@ async def enqueue_completion(
     The job exists only if this step's completion commits. ``client`` may be a producer-only
     client that declares ``kind`` with ``register_kind``; the row goes to the worker's database.
     """
+    _kinds.require_kind(kind, call="enqueue_completion")
     tx = await ctx.completion_tracked()
     return await kind.enqueue_tx(client, tx, input, **options)
 
@@ -266,6 +280,7 @@ async def submit_completion(
 
     A :class:`ResultWorkflow` gives a :class:`ResultRun`.
     """
+    _workflow.require_workflow(workflow, call="submit_completion")
     tx = await ctx.completion_tracked()
     return await workflow.submit_tx(client, tx, input, **options)
 

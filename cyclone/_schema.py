@@ -6,14 +6,23 @@ relation or column; one that has migrations this package does not know may write
 newer code cannot read. Both are said once, with what to do, before any work starts. A worker
 started while PostgreSQL is down (a deploy racing a database restart) waits for it instead of
 failing: one waiting loop, with a growing, jittered delay, logs each reason it waits once.
+When nothing at all has answered at the pool's address (refused, no such host, no socket),
+it says so with the address: a wrong host or port waits exactly like a database that is down,
+and only the address tells them apart.
+
+The messages carry no "cyclone:" prefix: the logger is named ``cyclone``, and naming the
+logger is the formatter's job (``%(name)s``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import socket
 import time
+import urllib.parse
 
 import asyncpg
 
@@ -30,6 +39,9 @@ _WAIT_MAX = 5.0
 # Failures to reach the database that waiting can mend: the server is down, starting up,
 # shutting down, or out of connection slots. A wrong password or database name is not one.
 UNREACHABLE = (*db.RETRYABLE_ERRORS, asyncpg.TooManyConnectionsError)
+# Of those, the ones where no server answered at all: refused, a host name that does not
+# resolve, no socket file, or no reply before the connect timeout.
+_SILENT = (ConnectionRefusedError, socket.gaierror, FileNotFoundError, TimeoutError)
 
 
 async def check(conn: db.Conn, q: Queries) -> None:
@@ -37,7 +49,7 @@ async def check(conn: db.Conn, q: Queries) -> None:
     has exactly the migrations this package ships."""
     try:
         applied = set(await db.migrations_applied(conn, q))
-    except asyncpg.UndefinedTableError:  # no migrations table: never migrated
+    except SchemaNotMigratedError:  # no migrations table: never migrated
         applied = set()
     unknown = sorted(applied.difference(_SHIPPED))
     if unknown:  # checked first: migrating with this package cannot help
@@ -70,16 +82,9 @@ async def wait_until_ready(
             break
         except UNREACHABLE as exc:
             last = exc
-            if "unreachable" not in said:
+            if "unreachable" not in said:  # one warning for the whole wait
                 said.add("unreachable")
-                logger.warning(
-                    "cyclone: cannot reach the database (%s: %s); waiting for it, trying "
-                    "again with a growing delay (at most %g s)",
-                    type(exc).__name__,
-                    exc,
-                    _WAIT_MAX,
-                    extra={"schema": q.schema},
-                )
+                _log_unreachable(pool, q, exc)
         except SchemaNotMigratedError as exc:
             last = exc
             if not wait_for_schema:
@@ -87,7 +92,7 @@ async def wait_until_ready(
             if "migrations" not in said:
                 said.add("migrations")
                 logger.warning(
-                    "cyclone: waiting for migrations: %s; checking again until they are applied",
+                    "waiting for migrations: %s; checking again until they are applied",
                     exc,
                     extra={"schema": q.schema, "missing": exc.missing},
                 )
@@ -95,7 +100,7 @@ async def wait_until_ready(
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
         except asyncio.CancelledError:
             logger.warning(
-                "cyclone: stopped waiting for the database after %.1f s (cancelled); the last "
+                "stopped waiting for the database after %.1f s (cancelled); the last "
                 "check failed with %s: %s",
                 time.monotonic() - began,
                 type(last).__name__,
@@ -106,9 +111,61 @@ async def wait_until_ready(
         delay = min(delay * 2, _WAIT_MAX)
     if said:
         logger.info(
-            "cyclone: the database answers and schema %r is migrated, after %.1f s; starting",
+            "the database answers and schema %r is migrated, after %.1f s; starting",
             q.schema,
             time.monotonic() - began,
             extra={"schema": q.schema},
         )
     await _pooler.check(pool, q, listens=listens)
+
+
+def _log_unreachable(pool: asyncpg.Pool, q: Queries, exc: BaseException) -> None:
+    """The warning for a database that cannot be reached: where nothing answered, with the
+    address to check, or that the server answered but cannot take a connection now."""
+    retry = f"waiting for it, trying again with a growing delay (at most {_WAIT_MAX:g} s)"
+    if isinstance(exc, _SILENT):
+        logger.warning(
+            "nothing has answered at %s since the worker started (%s: %s): if the database "
+            "is not on its way, check the DSN's host and port; %s",
+            address(pool),
+            type(exc).__name__,
+            exc,
+            retry,
+            extra={"schema": q.schema},
+        )
+    else:
+        logger.warning(
+            "cannot reach the database (%s: %s); %s",
+            type(exc).__name__,
+            exc,
+            retry,
+            extra={"schema": q.schema},
+        )
+
+
+def address(pool: asyncpg.Pool) -> str:
+    """Where ``pool`` connects, for a message: ``host:port``, a socket's path, or the DSN's
+    hosts as written when it names several.
+
+    asyncpg keeps the DSN and keyword arguments of a pool only in private attributes, as
+    ``_notifier.connect_like`` reads them; where neither names a host or port, libpq's
+    defaults apply (``PGHOST``, ``PGPORT``, localhost:5432).
+    """
+    args: list[object] = list(pool._connect_args) or [None]  # type: ignore[attr-defined]
+    kwargs: dict[str, object] = pool._connect_kwargs  # type: ignore[attr-defined]
+    parts = urllib.parse.urlsplit(args[0] if isinstance(args[0], str) else "")
+    query = urllib.parse.parse_qs(parts.query)
+    hosts = parts.netloc.rpartition("@")[2]
+    try:
+        url_port = parts.port
+    except ValueError:  # several hosts (h1:5432,h2:5433): say them as written
+        return hosts
+    host = kwargs.get("host") or query.get("host", [""])[0] or parts.hostname
+    host = host or os.environ.get("PGHOST") or "localhost"
+    port = kwargs.get("port") or query.get("port", [""])[0] or url_port
+    port = port or os.environ.get("PGPORT") or 5432
+    if isinstance(host, list | tuple):
+        host = ",".join(map(str, host))
+    if str(host).startswith("/"):  # a socket directory
+        return f"{host}/.s.PGSQL.{port}"
+    return f"{host}:{port}"

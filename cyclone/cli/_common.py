@@ -188,6 +188,7 @@ def _connection_params(*, top: bool) -> list[click.Parameter]:
 
 @click.group(params=_connection_params(top=True))
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+@click.version_option(package_name="cyclone-pg", message="cyclone-pg %(version)s")
 def main(verbose: bool) -> None:
     """Cyclone: durable jobs and workflows in PostgreSQL."""
     logging.basicConfig(

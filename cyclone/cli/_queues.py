@@ -3,14 +3,27 @@ flow control across every worker (docs/flow-control.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.table import Table
 
 from cyclone._client import Client
-from cyclone.cli._common import add_row, command, console, main, print_json, subgroup, with_client
+from cyclone._errors import UnknownQueueError
+from cyclone.cli._common import (
+    Failure,
+    add_row,
+    command,
+    console,
+    main,
+    print_json,
+    subgroup,
+    with_client,
+)
+
+T = TypeVar("T")
 
 # The limits of a queue that a kind has not: they apply per group key.
 _KEY_LIMITS = ("key_concurrency", "key_rate", "key_per")
@@ -74,6 +87,28 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     console.print(table)
 
 
+def _known(ctx: click.Context, use: Callable[[Client], Awaitable[T]], *, can_create: bool) -> T:
+    """``with_client(ctx, use)``, an unknown queue said in the command's own words: the
+    library's message names ``create=True``, a keyword this command spells ``--create``."""
+
+    async def go(client: Client) -> T:
+        try:
+            return await use(client)
+        except UnknownQueueError as exc:
+            unknown = (
+                f"queue {exc.queue!r} is unknown: no setting or live worker uses it; check the name"
+            )
+            if can_create:
+                raise Failure(
+                    f"{unknown}, or pass --create to configure it before its first use"
+                ) from None
+            raise Failure(
+                f"{unknown}; a queue without a setting is not paused, so there is nothing to resume"
+            ) from None
+
+    return with_client(ctx, go)
+
+
 @subgroup
 def queues() -> None:
     """Pause, resume and limit queues across every worker."""
@@ -112,7 +147,7 @@ def queues_ls(ctx: click.Context, as_json: bool) -> None:
 @click.option("--create", is_flag=True, help="Also a queue no worker claims from yet.")
 def queues_pause(ctx: click.Context, queue: str, create: bool) -> None:
     """Stop every worker claiming from QUEUE; running work finishes."""
-    changed = with_client(ctx, lambda c: c.queues.pause(queue, create=create))
+    changed = _known(ctx, lambda c: c.queues.pause(queue, create=create), can_create=True)
     click.echo(f"paused {queue}" if changed else f"{queue} was paused already")
 
 
@@ -120,7 +155,7 @@ def queues_pause(ctx: click.Context, queue: str, create: bool) -> None:
 @click.argument("queue")
 def queues_resume(ctx: click.Context, queue: str) -> None:
     """Let workers claim from QUEUE again (they are woken at once)."""
-    changed = with_client(ctx, lambda c: c.queues.resume(queue))
+    changed = _known(ctx, lambda c: c.queues.resume(queue), can_create=False)
     click.echo(f"resumed {queue}" if changed else f"{queue} was not paused")
 
 
@@ -144,7 +179,7 @@ def queues_limit(ctx: click.Context, queue: str, kind: bool, create: bool, **lim
         of_kind = {name: v for name, v in limits.items() if name not in _KEY_LIMITS}
         with_client(ctx, lambda c: c.queues.set_kind_limits(queue, **of_kind))
     else:
-        with_client(ctx, lambda c: c.queues.set_limits(queue, **limits, create=create))
+        _known(ctx, lambda c: c.queues.set_limits(queue, **limits, create=create), can_create=True)
     rate = _pair(limits["rate"], limits["per"])
     key_rate = _pair(limits["key_rate"], limits["key_per"])
     text = _flow_text(False, limits["concurrency"], rate, limits["key_concurrency"], key_rate)

@@ -44,6 +44,7 @@ def runs() -> None:
 @click.option("--state", type=click.Choice([s.value for s in RunState]), multiple=True)
 @click.option("--name")
 @click.option("--key")
+@click.option("--queue", help="A job's queue, or the queue of any node of a workflow run.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--cursor", help="Where the previous page ended (its next cursor).")
 @click.option("--json", "as_json", is_flag=True)
@@ -52,6 +53,7 @@ def runs_ls(
     state: tuple[str, ...],
     name: str | None,
     key: str | None,
+    queue: str | None,
     limit: int,
     cursor: str | None,
     as_json: bool,
@@ -60,6 +62,7 @@ def runs_ls(
     query = RunQuery(
         name=name,
         key=key,
+        queue=queue,
         limit=limit,
         cursor=cursor,
         state=[RunState(s) for s in state] or None,
@@ -109,7 +112,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     if as_json:
         print_json(_info_dict(info))
         return
-    console.print(f"{info.name} {info.id}  {info.state.value}  key={info.key}", markup=False)
+    console.print(f"{info.name} {info.id}  {info.state.value}", markup=False)
+    if info.key is not None:  # a run without a key has no line for it
+        console.print(f"key: {info.key}", markup=False, highlight=False)
     for label, value in (("input", info.input), ("output", info.output)):
         text = json.dumps(value, default=str, indent=2)
         console.print(f"{label}: {text}", markup=False, highlight=False)

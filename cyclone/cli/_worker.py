@@ -12,9 +12,10 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from cyclone import _queries as db
 from cyclone._client import Client
 from cyclone._kinds import Step
+from cyclone._schema import check as check_migrations
+from cyclone._sql import MIGRATIONS
 from cyclone._worker import DEFAULT_CONCURRENCY, Worker
 from cyclone._workflow import Workflow
 from cyclone.cli._common import Failure, command, main, with_client
@@ -49,13 +50,41 @@ def dev_db() -> None:
 def migrate(ctx: click.Context) -> None:
     """Create or update Cyclone's tables."""
 
-    async def go(client: Client) -> tuple[list[int], list[int]]:
+    async def go(client: Client) -> list[int]:
         applied = await client.migrate()
+        # A schema migrated by a newer cyclone-pg is not up to date for this one: the check
+        # says so (SchemaVersionError) and what to do. Only the migrations are checked: the
+        # pool's route (a pooler's settings) is the worker's concern, not the migration's.
         async with client.services.database.acquire() as conn:
-            return applied, await db.migrations_applied(conn, client.queries)
+            await check_migrations(conn, client.queries)
+        return applied
 
-    applied, present = with_client(ctx, go, check=False)
-    click.echo(f"applied: {applied or 'none'}; schema {ctx.obj['schema']} is at {present}")
+    applied = with_client(ctx, go, check=False)
+    click.echo(f"{_applied_text(applied)}; schema {ctx.obj['schema']} is up to date ({_latest()})")
+
+
+def _migration_name(version: int) -> str:
+    """A migration by its file name, such as ``0008_flow_control``."""
+    return f"{version:04d}_{_MIGRATION_NAMES[version]}"
+
+
+def _applied_text(applied: list[int]) -> str:
+    """What one migrate applied, by name: its versions are numbered, not counted (a number
+    that no release shipped is no gap to fill)."""
+    if not applied:
+        return "nothing to apply"
+    if len(applied) == 1:
+        return f"applied 1 migration, {_migration_name(applied[0])}"
+    first, last = _migration_name(applied[0]), _migration_name(applied[-1])
+    return f"applied {len(applied)} migrations, {first} to {last}"
+
+
+def _latest() -> str:
+    latest = MIGRATIONS[-1].version
+    return f"migration {latest}, {_migration_name(latest)}"
+
+
+_MIGRATION_NAMES = {m.version: m.name for m in MIGRATIONS}
 
 
 async def _unless_stopped(stop: asyncio.Event, work: Awaitable[None]) -> bool:
@@ -202,7 +231,11 @@ def worker(
         await w.start()  # refuses a schema that is not this package's
         click.echo(f"cyclone: worker {w.id} running; Ctrl-C stops it", err=True)
         await stop.wait()
-        click.echo("cyclone: stopping gracefully (again to stop now)", err=True)
+        click.echo(
+            f"cyclone: stopping gracefully: running handlers get up to {w.shutdown_timeout:g} s "
+            "to finish, then they are cancelled (again to stop now)",
+            err=True,
+        )
         await w.stop()
         stop_metrics()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import importlib.metadata
 import json
 import signal
 from typing import Any
@@ -12,23 +13,63 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone._sql import MIGRATIONS
+from cyclone._sql import MIGRATIONS, Queries
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.app import backwards, echo, fail, pipeline, slow
 from tests.cli.process import SCRIPT, cli, environment, one_line_error
 from tests.conftest import ROOT, reaped
 
 
-async def test_migrate_prints_versions(cyclone_env: CycloneEnv) -> None:
+async def test_migrate_says_where_the_schema_is(cyclone_env: CycloneEnv) -> None:
     code, out, _ = await cli("migrate", "--help")
     assert code == 0
+    first, last = MIGRATIONS[0], MIGRATIONS[-1]
+    latest = f"{last.version:04d}_{last.name}"
+    up_to_date = f"schema cli_schema is up to date (migration {last.version}, {latest})"
     code, out, err = await cli("--schema", "cli_schema", "migrate", dsn=cyclone_env.dsn)
-    versions = [m.version for m in MIGRATIONS]
-    assert (code, out.strip()) == (0, f"applied: {versions}; schema cli_schema is at {versions}"), (
-        err
-    )
+    applied = f"applied {len(MIGRATIONS)} migrations, {first.version:04d}_{first.name} to {latest}"
+    assert (code, out.strip()) == (0, f"{applied}; {up_to_date}"), err
+    assert "[" not in out  # not a list of numbers to check for gaps
     code, out, _ = await cli("--dsn", cyclone_env.dsn, "--schema", "cli_schema", "migrate")
-    assert out.strip() == f"applied: none; schema cli_schema is at {versions}"
+    assert out.strip() == f"nothing to apply; {up_to_date}"
+
+
+async def test_migrate_names_what_it_applied(cyclone_env: CycloneEnv) -> None:
+    """A schema one migration behind (an upgrade): migrate applies that one, by name."""
+    queries = Queries("cli_behind")
+    async with cyclone_env.pool.acquire() as conn:
+        await conn.execute(queries["schema_create"])
+        await conn.execute(queries["migrations_table"])
+        for m in queries.migrations[:-1]:
+            await conn.execute(m.sql)
+            sql, args = queries.bind("migrations_record", {"version": m.version, "name": m.name})
+            await conn.execute(sql, *args)
+    last = MIGRATIONS[-1]
+    latest = f"{last.version:04d}_{last.name}"
+    code, out, err = await cli("--schema", "cli_behind", "migrate", dsn=cyclone_env.dsn)
+    assert (code, out.strip()) == (
+        0,
+        f"applied 1 migration, {latest}; "
+        f"schema cli_behind is up to date (migration {last.version}, {latest})",
+    ), err
+
+
+async def test_migrate_on_a_newer_schema_says_upgrade(cyclone_env: CycloneEnv) -> None:
+    await cyclone.Client(cyclone_env.pool, schema="cli_newer").migrate()
+    await cyclone_env.pool.execute(
+        "INSERT INTO cli_newer.cyclone_migrations (version, name) VALUES (9999, 'from_the_future')"
+    )
+    code, out, err = await cli("--schema", "cli_newer", "migrate", dsn=cyclone_env.dsn)
+    line = one_line_error(code, err)
+    assert code == 1 and out == ""
+    assert "has Cyclone migrations 9999" in line and "upgrade cyclone-pg" in line
+
+
+async def test_version() -> None:
+    expected = importlib.metadata.version("cyclone-pg")
+    assert cyclone.__version__ == expected
+    code, out, err = await cli("--version")
+    assert (code, out.strip()) == (0, f"cyclone-pg {expected}"), err
 
 
 async def test_runs_ls_show_cancel_retry(cyclone_env: CycloneEnv) -> None:
@@ -174,6 +215,10 @@ async def test_second_signal_stops_at_once(cyclone_env: CycloneEnv) -> None:
                 assert line, "the worker exited before it began stopping gracefully"
                 if b"stopping gracefully" in line:
                     break
+            assert line.decode().strip() == (
+                "cyclone: stopping gracefully: running handlers get up to 30 s to finish, "
+                "then they are cancelled (again to stop now)"
+            )
             proc.send_signal(signal.SIGINT)  # now
             assert await asyncio.wait_for(proc.wait(), 60) == 0
     finally:

@@ -68,6 +68,34 @@ async def test_ls_pages_with_a_cursor(cyclone_env: CycloneEnv) -> None:
     assert one_line_error(code, err) == "cyclone: not a cursor from list_runs: 'nope'"
 
 
+async def test_ls_filters_by_queue(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    here = await echo.enqueue(client, 1)
+    there = await echo.enqueue(client, 2, queue="elsewhere")
+    flow = await pipeline.submit(client, 3)  # its nodes are on the step's queue, cli
+    code, out, err = await cli("runs", "ls", "--queue", "elsewhere", "--json", dsn=cyclone_env.dsn)
+    assert code == 0, err
+    assert [r["id"] for r in json.loads(out)["runs"]] == [str(there.id)]
+    code, out, err = await cli("runs", "ls", "--queue", "cli", "--json", dsn=cyclone_env.dsn)
+    assert code == 0, err
+    assert [r["id"] for r in json.loads(out)["runs"]] == [str(flow.id), str(here.id)]
+    code, out, err = await cli("runs", "ls", "--queue", "nobody", dsn=cyclone_env.dsn)
+    assert code == 0 and str(here.id) not in out and str(there.id) not in out, err
+
+
+async def test_show_leaves_out_an_absent_key(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    plain = await echo.enqueue(client, 1)
+    keyed, _ = await pipeline.submit_once(client, "order-7", 2)
+    code, out, err = await cli("runs", "show", str(plain.id), dsn=cyclone_env.dsn)
+    assert code == 0, err
+    assert "None" not in out and "key" not in out
+    assert out.splitlines()[:2] == [f"cli.echo {plain.id}  pending", "input: 1"]
+    code, out, err = await cli("runs", "show", str(keyed.id), dsn=cyclone_env.dsn)
+    assert code == 0, err
+    assert out.splitlines()[:3] == [f"cli.pipeline {keyed.id}  pending", "key: order-7", "input: 2"]
+
+
 async def test_tables_are_not_cut_when_piped(cyclone_env: CycloneEnv) -> None:
     key = "order-" + "x" * 120
     run, _ = await pipeline.submit_once(cyclone_env.client, key, 1)

@@ -88,6 +88,6 @@ async def test_a_worker_waits_for_migrations(cyclone_env: CycloneEnv, records: R
     finally:
         await worker.stop()
     assert records.messages("waiting for migrations") == [
-        "cyclone: waiting for migrations: schema 'migrated_later' has no Cyclone tables: run "
+        "waiting for migrations: schema 'migrated_later' has no Cyclone tables: run "
         "`cyclone migrate` (or `await client.migrate()`); checking again until they are applied"
     ]

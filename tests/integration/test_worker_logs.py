@@ -7,6 +7,7 @@ import asyncio
 import io
 import json
 import logging
+import re
 from typing import Any
 
 import cyclone
@@ -121,6 +122,81 @@ async def test_a_reclaim_names_the_attempt_and_the_worker(
         "renewing it); it is available again"
     )
     assert fields(record)["kind"] == "logs.flaky" and fields(record)["queue"] == "logs"
+
+
+# The held handler's events, made anew by each test in its own event loop.
+gate: dict[str, asyncio.Event] = {}
+
+
+@cyclone.step("logs.held", queue="logs")
+async def held(ctx: cyclone.Context, n: int) -> int:
+    gate["started"].set()
+    await gate["released"].wait()  # until the test releases it, or the worker cancels it
+    return n
+
+
+async def start_held(
+    cyclone_env: CycloneEnv, n: int, timeout: float
+) -> tuple[cyclone.ResultRun[int], cyclone.Worker]:
+    """A worker with a shutdown timeout of ``timeout``, running a held handler."""
+    gate.update(started=asyncio.Event(), released=asyncio.Event())
+    run = await held.enqueue(cyclone_env.client, n)
+    worker = cyclone_env.worker(steps=[held], shutdown_timeout=timeout)
+    await worker.start()
+    await asyncio.wait_for(gate["started"].wait(), 30)
+    return run, worker
+
+
+async def test_a_graceful_stop_says_what_it_waits_for_and_that_they_finished(
+    cyclone_env: CycloneEnv, records: Records
+) -> None:
+    run, worker = await start_held(cyclone_env, 4, 120)
+    stopping = asyncio.create_task(worker.stop())
+    try:
+        begins = await records.first(r"worker .* stopping: .*")
+        assert not stopping.done()  # it waits for the handler
+        gate["released"].set()
+    finally:
+        await asyncio.wait_for(stopping, 60)
+    assert await run.result(timeout=30) == 4
+    assert begins.getMessage() == (
+        f"worker {worker.id} stopping: 1 handler running; waiting up to 120 s for them to "
+        "finish, then cancelling the rest"
+    )
+    assert begins.levelno == logging.INFO
+    extra = [getattr(begins, f) for f in ("worker", "running", "shutdown_timeout")]
+    assert extra == [worker.id, 1, 120]
+    ended = await records.first(rf"worker {re.escape(worker.id)}: 1 handler finished in \d+\.\d s")
+    assert ended.levelno == logging.INFO
+    assert not records.messages("still running")
+
+
+async def test_a_graceful_stop_says_it_cancels_at_the_deadline(
+    cyclone_env: CycloneEnv, records: Records
+) -> None:
+    run, worker = await start_held(cyclone_env, 2, 0.2)
+    await worker.stop()  # the handler never returns: cancelled at the deadline
+    assert records.messages("stopping: ") == [
+        f"worker {worker.id} stopping: 1 handler running; waiting up to 0.2 s for them to "
+        "finish, then cancelling the rest"
+    ]
+    cancelled = await records.first(r".* still running .*")
+    assert cancelled.getMessage() == (
+        f"worker {worker.id}: 1 of 1 handler still running after 0.2 s; cancelling them, "
+        "their tasks are given back for any worker to claim"
+    )
+    assert cancelled.levelno == logging.WARNING
+    assert not records.messages("finished in")
+    info = await run.info()
+    assert (info.nodes[0].state, info.nodes[0].attempts) == ("available", 0)  # given back
+
+
+async def test_a_stop_with_nothing_running_says_so(
+    cyclone_env: CycloneEnv, records: Records
+) -> None:
+    async with cyclone_env.worker(steps=[held]) as worker:
+        pass
+    assert records.messages("stopping") == [f"worker {worker.id} stopping: no handlers running"]
 
 
 def recipe() -> dict[str, Any]:

@@ -25,10 +25,13 @@ PACKAGE = pathlib.Path(__file__).parents[2] / "cyclone"
 # (module, expression) pairs allowed to read a private member, with why.
 ALLOWED = {
     # asyncpg keeps a pool's connect arguments only here: the LISTEN connection and the
-    # pooler check open connections of their own to where the pool goes.
+    # pooler check open connections of their own to where the pool goes, and the start-up
+    # check names that address when nothing answers there.
     ("cyclone._notifier", "pool._connect_args"),
     ("cyclone._notifier", "pool._connect_kwargs"),
     ("cyclone._pooler", "pool._connect_kwargs"),
+    ("cyclone._schema", "pool._connect_args"),
+    ("cyclone._schema", "pool._connect_kwargs"),
     # Django's connection proxy names the wrapper it stands for only through these.
     ("cyclone.integrations.django", "source._connections"),
     ("cyclone.integrations.django", "source._alias"),
