@@ -62,6 +62,8 @@ def make_dash(cyclone_env: CycloneEnv) -> Make:
 async def failed_run(env: CycloneEnv, order: dict[str, Any] | None = None) -> uuid.UUID:
     """A pipeline run whose charge node failed with the hostile message."""
     run = await pipeline.submit(env.client, order or {"id": 1, "note": HOSTILE})
-    await env.drain(steps=STEPS, workflows=WORKFLOWS)
-    assert await run.status() is cyclone.RunState.FAILED
+    # Waited for, not drained: an attempt lost on a loaded machine is retried after a backoff,
+    # which a drain does not wait for.
+    async with env.worker(steps=STEPS, workflows=WORKFLOWS):
+        assert await run.wait(timeout=60) is cyclone.RunState.FAILED
     return run.id
