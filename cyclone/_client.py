@@ -334,9 +334,9 @@ class Client(AsyncResource):
             return await db.run_count(conn, self.queries, filters, cap=cap, scan=query.scan)
 
     async def throughput(self, *, minutes: int = 60) -> list[Throughput]:
-        """Steps that ended per queue and minute over the last ``minutes`` (the current minute
-        included): completed, and failed with their attempts used up. Minutes in which a
-        queue finished nothing are left out; sorted by queue, then minute."""
+        """Jobs and workflow nodes that ended per queue and minute over the last ``minutes``
+        (the current minute included): completed, and failed with their attempts used up.
+        Minutes in which a queue finished nothing are left out; sorted by queue, then minute."""
         window = validate_int(minutes, what="minutes", low=1)
         if window > _THROUGHPUT_MAX_MINUTES:
             raise InvalidInputError(

@@ -285,8 +285,8 @@ class RunPayloads:
 
 @dataclass(frozen=True, slots=True)
 class Throughput:
-    """Steps of one queue that ended in one minute (``minute`` is its start, UTC): completed,
-    and failed with their attempts used up."""
+    """Jobs and workflow nodes of one queue that ended in one minute (``minute`` is its start,
+    UTC): completed, and failed with their attempts used up."""
 
     queue: str
     minute: dt.datetime

@@ -1,10 +1,9 @@
-"""Writing an attempt's outcome when the connection under it dies: findings of issue 13.
+"""Writing an attempt's outcome when the connection under it dies.
 
 Each test kills a real connection at a chosen moment (``pg_terminate_backend``, from the
 handler itself or from a trigger on the statement that writes the outcome) and checks that the
 outcome is written or confirmed within seconds rather than after the lease (30 s here), that the
-error kept is the real one, and that nothing that succeeded is logged as a failure. Each one
-failed before the worker pipeline's completer wrote every outcome (issue 13's findings).
+error kept is the real one, and that nothing that succeeded is logged as a failure.
 """
 
 from __future__ import annotations
