@@ -31,11 +31,11 @@ import time
 import asyncpg
 
 import cyclone
-from cyclone import _queries as db
-from cyclone._sql import Queries
+from cyclone._storage import queries as db
+from cyclone._storage.loader import Queries
 from cyclone.testing import describe, postgres_server
 
-# The claim before flow control (cyclone/sql/queries.sql as of migration 0007), for the
+# The claim before flow control (cyclone/_storage/sql/queries.sql as of migration 0007), for the
 # comparison only: the same parameters, the same rows.
 BEFORE_CLAIM = """
     WITH async_commit AS (

@@ -23,7 +23,7 @@ import asyncpg
 
 import cyclone
 from benchmarks.jobs import QUEUE, noop
-from cyclone._sql import Queries
+from cyclone._storage.loader import Queries
 
 # One completed run is the template, a job or a workflow run with its steps and edges; each
 # copy brings copies of those. Ids are UUIDv7-shaped (48-bit milliseconds, version 7, variant

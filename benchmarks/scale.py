@@ -38,7 +38,7 @@ import cyclone
 from benchmarks import report
 from benchmarks.fleet import Fleet
 from benchmarks.jobs import QUEUE, noop, truncate
-from cyclone._sql import Queries, parse_folder
+from cyclone._storage.loader import Queries, parse_folder
 from cyclone.testing import describe, postgres_server
 
 PROCESSES = (1, 2, 4, 8)
@@ -58,7 +58,7 @@ _CONSTANTS = re.compile(r"'[^']*'|\$\d+|\b\d+\b|\b(?:true|false)\b")
 # asyncpg's reset of a connection released to its pool: one round trip of four statements.
 _RESET = ("SELECT pg_advisory_unlock_all()", "CLOSE ALL", "UNLISTEN *", "RESET ALL")
 _COMMITS = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-# The statements of the maintenance pass (cyclone/_maintenance.py); the rest of an idle
+# The statements of the maintenance pass (cyclone/_worker/maintenance.py); the rest of an idle
 # worker's traffic is its claim polls, heartbeats and presence row.
 MAINTENANCE = (
     "task_reclaim",
@@ -293,7 +293,7 @@ def _text(query: str) -> str:
 
 
 def _sql_folder() -> resources.abc.Traversable:
-    return resources.files("cyclone").joinpath("sql")
+    return resources.files("cyclone._storage").joinpath("sql")
 
 
 def render(rows: Sequence[Row], idle: Idle, processes: int, s: Sizes) -> str:

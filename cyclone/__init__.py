@@ -10,10 +10,17 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar, Unpack, overload
 
-from cyclone import _kinds, _workflow
 from cyclone._client import Client
-from cyclone._context import Context, Snooze
-from cyclone._errors import (
+from cyclone._enqueue.wakeups import (
+    TrackedConnection,
+    TrackedTransaction,
+    Tx,
+    Wakeups,
+    track_wakeups,
+)
+from cyclone._model import steps
+from cyclone._model import workflows as _workflows
+from cyclone._model.errors import (
     ConflictError,
     ContextError,
     CycloneError,
@@ -47,11 +54,7 @@ from cyclone._errors import (
     UnknownQueueError,
     UnsupportedPoolerError,
 )
-from cyclone._flow import KindLimits, QueueLimits, Queues, QueueSettings
-from cyclone._kinds import Kind, Step, action, register_kind, step
-from cyclone._observe import Observer
-from cyclone._options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
-from cyclone._run import (
+from cyclone._model.handles import (
     NodeInfo,
     NodePayloads,
     QueueStats,
@@ -66,15 +69,19 @@ from cyclone._run import (
     UnservedWork,
     WorkerInfo,
 )
-from cyclone._runs import Retention
-from cyclone._scheduler import ScheduleInfo, Schedules
-from cyclone._schedules import (
+from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
+from cyclone._model.schedules import (
     Schedule,
     schedule,
 )
-from cyclone._wakeups import TrackedConnection, TrackedTransaction, Tx, Wakeups, track_wakeups
-from cyclone._worker import Worker, exponential_backoff
-from cyclone._workflow import Node, ResultWorkflow, Workflow, define, define_result
+from cyclone._model.steps import Kind, Step, action, register_kind, step
+from cyclone._model.workflows import Node, ResultWorkflow, Workflow, define, define_result
+from cyclone._services.observe import Observer
+from cyclone._services.queues import KindLimits, QueueLimits, Queues, QueueSettings
+from cyclone._services.runs import Retention
+from cyclone._worker.context import Context, Snooze
+from cyclone._worker.scheduler import ScheduleInfo, Schedules
+from cyclone._worker.worker import Worker, exponential_backoff
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -178,7 +185,7 @@ async def enqueue(
     client: Client, kind: Kind[In, Out], input: In, **options: Unpack[EnqueueOptions]
 ) -> ResultRun[Out]:
     """Enqueue one job of ``kind``; the same as ``kind.enqueue(client, input, ...)``."""
-    _kinds.require_kind(kind, call="enqueue")
+    steps.require_kind(kind, call="enqueue")
     return await kind.enqueue(client, input, **options)
 
 
@@ -186,7 +193,7 @@ async def enqueue_tx(
     client: Client, tx: Tx, kind: Kind[In, Out], input: In, **options: Unpack[EnqueueOptions]
 ) -> ResultRun[Out]:
     """Enqueue one job in the caller's transaction; the same as ``kind.enqueue_tx``."""
-    _kinds.require_kind(kind, call="enqueue_tx")
+    steps.require_kind(kind, call="enqueue_tx")
     return await kind.enqueue_tx(client, tx, input, **options)
 
 
@@ -197,7 +204,7 @@ async def enqueue_many(
     **options: Unpack[EnqueueManyOptions],
 ) -> list[ResultRun[Out]]:
     """Enqueue many jobs in one round trip; the same as ``kind.enqueue_many``."""
-    _kinds.require_kind(kind, call="enqueue_many")
+    steps.require_kind(kind, call="enqueue_many")
     return await kind.enqueue_many(client, inputs, **options)
 
 
@@ -209,7 +216,7 @@ async def enqueue_many_tx(
     **options: Unpack[EnqueueManyOptions],
 ) -> list[ResultRun[Out]]:
     """Enqueue many jobs in the caller's transaction; the same as ``kind.enqueue_many_tx``."""
-    _kinds.require_kind(kind, call="enqueue_many_tx")
+    steps.require_kind(kind, call="enqueue_many_tx")
     return await kind.enqueue_many_tx(client, tx, inputs, **options)
 
 
@@ -232,7 +239,7 @@ async def submit_tx(
 
     A :class:`ResultWorkflow` gives a :class:`ResultRun`.
     """
-    _workflow.require_workflow(workflow, call="submit_tx")
+    _workflows.require_workflow(workflow, call="submit_tx")
     return await workflow.submit_tx(client, tx, input, **options)
 
 
@@ -248,7 +255,7 @@ async def enqueue_completion(
     The job exists only if this step's completion commits. ``client`` may be a producer-only
     client that declares ``kind`` with ``register_kind``; the row goes to the worker's database.
     """
-    _kinds.require_kind(kind, call="enqueue_completion")
+    steps.require_kind(kind, call="enqueue_completion")
     tx = await ctx.completion_tracked()
     return await kind.enqueue_tx(client, tx, input, **options)
 
@@ -280,7 +287,7 @@ async def submit_completion(
 
     A :class:`ResultWorkflow` gives a :class:`ResultRun`.
     """
-    _workflow.require_workflow(workflow, call="submit_completion")
+    _workflows.require_workflow(workflow, call="submit_completion")
     tx = await ctx.completion_tracked()
     return await workflow.submit_tx(client, tx, input, **options)
 

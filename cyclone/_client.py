@@ -1,6 +1,6 @@
 """The client: Cyclone's handle on the application's asyncpg pool and schema.
 
-A facade: it checks its settings, builds the services it is made of (``cyclone._services``:
+A facade: it checks its settings, builds the services it is made of (``cyclone._services.bundle``:
 the database, the publisher, the notifier, the runs service) and gives each public method to
 the service that does it. Cyclone's other modules are handed those services explicitly.
 """
@@ -18,19 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import asyncpg
 
-from cyclone import _codec
-from cyclone import _queries as db
-from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
-from cyclone._database import Database
-from cyclone._errors import InvalidInputError, ReadOnlyServerError
-from cyclone._flow import Queues, flow_fields
-from cyclone._keys import validate_name
-from cyclone._notifier import Notifier
-from cyclone._observe import Observer, Observers
-from cyclone._options import seconds, validate_int
-from cyclone._publisher import Publisher
-from cyclone._resource import AsyncResource
-from cyclone._run import (
+from cyclone._enqueue.wakeups import TrackedConnection, Wakeups, track_wakeups
+from cyclone._model import codec
+from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
+from cyclone._model.errors import InvalidInputError, ReadOnlyServerError
+from cyclone._model.handles import (
     QueueStats,
     ResultRun,
     Run,
@@ -41,11 +33,19 @@ from cyclone._run import (
     UnservedWork,
     WorkerInfo,
 )
-from cyclone._runs import PURGE_BATCH, Retention, Runs, search_args
-from cyclone._scheduler import Schedules
-from cyclone._services import Services
-from cyclone._sql import Queries
-from cyclone._wakeups import TrackedConnection, Wakeups, track_wakeups
+from cyclone._model.keys import validate_name
+from cyclone._model.options import seconds, validate_int
+from cyclone._services.bundle import Services
+from cyclone._services.database import Database
+from cyclone._services.notifier import Notifier
+from cyclone._services.observe import Observer, Observers
+from cyclone._services.publisher import Publisher
+from cyclone._services.queues import Queues, flow_fields
+from cyclone._services.resource import AsyncResource
+from cyclone._services.runs import PURGE_BATCH, Retention, Runs, search_args
+from cyclone._storage import queries as db
+from cyclone._storage.loader import Queries
+from cyclone._worker.scheduler import Schedules
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -318,7 +318,7 @@ class Client(AsyncResource):
         A signal for a node not yet reachable is kept and applied when it is reached.
         """
         validate_name(node, what="node")
-        encoded = _codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
+        encoded = codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
         await self.services.runs.signal(run_id, node, encoded)
 
     # Read models for dashboards (cyclone.web)

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 
 from opentelemetry import metrics, propagate, trace
 
-from cyclone._observe import Attributes, Observer
+from cyclone._services.observe import Attributes, Observer
 
 __all__ = ["OpenTelemetryTracing"]
 

@@ -55,10 +55,10 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cyclone import _queries as db
-from cyclone._errors import InvalidStateError
-from cyclone._observe import Observer
-from cyclone._run import QueueStats
+from cyclone._model.errors import InvalidStateError
+from cyclone._model.handles import QueueStats
+from cyclone._services.observe import Observer
+from cyclone._storage import queries as db
 
 if TYPE_CHECKING:
     from cyclone._client import Client

@@ -4,7 +4,7 @@ scripts.
 ``cyclone.sync.Client`` mirrors ``cyclone.Client`` for producing and reading, on psycopg 3. It
 runs the same insert path and the same named statements as the asyncio client: the path is
 written once as coroutines, which run here on a psycopg connection without an event loop
-(``cyclone._drivers``), so no business logic is written twice and no call here starts a loop
+(``cyclone._enqueue.drivers``), so no business logic is written twice and no call here starts a loop
 (each ``asyncio.run`` of an asyncio client would leave its pool bound to a dead loop). Workers
 stay asyncio (``cyclone.Worker``, ``cyclone worker``).
 """
@@ -20,29 +20,30 @@ from typing import Any, Generic, TypeVar, Unpack, overload
 import psycopg
 import psycopg_pool
 
-from cyclone import _codec, _transitions
-from cyclone._codec import DEFAULT_PAYLOAD_LIMIT
-from cyclone._drivers import connect, run_sync
-from cyclone._errors import InvalidInputError
-from cyclone._insert import plan_jobs
-from cyclone._keys import validate_key, validate_name
-from cyclone._kinds import Kind
-from cyclone._notifier import queue_payload
-from cyclone._observe import Observers
-from cyclone._options import EnqueueManyOptions, EnqueueOptions, SubmitOptions, validate_int
-from cyclone._run import RunInfo, RunPage, RunQuery, RunState
-from cyclone._runs import page_on, result_of
-from cyclone._sql import Queries
-from cyclone._sync_services import (
+from cyclone._enqueue.drivers import connect, run_sync
+from cyclone._enqueue.insert import plan_jobs
+from cyclone._enqueue.targets import DatabaseTarget
+from cyclone._enqueue.wakeups import SyncTrackedConnection, Wakeups
+from cyclone._model import codec
+from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
+from cyclone._model.errors import InvalidInputError
+from cyclone._model.handles import RunInfo, RunPage, RunQuery, RunState
+from cyclone._model.keys import validate_key, validate_name
+from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions, validate_int
+from cyclone._model.steps import Kind
+from cyclone._model.workflows import ResultWorkflow, Workflow
+from cyclone._services import transitions
+from cyclone._services.notifier import queue_payload
+from cyclone._services.observe import Observers
+from cyclone._services.runs import page_on, result_of
+from cyclone._services.sync import (
     SyncDatabase,
     SyncOwnStatement,
     SyncRuns,
     caller_target,
     django_wrapper,
 )
-from cyclone._targets import DatabaseTarget
-from cyclone._wakeups import SyncTrackedConnection, Wakeups
-from cyclone._workflow import ResultWorkflow, Workflow
+from cyclone._storage.loader import Queries
 
 __all__ = ["Client", "ResultRun", "Run", "track_wakeups"]
 
@@ -335,10 +336,10 @@ class Client:
     def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output."""
         validate_name(node, what="node")
-        encoded = _codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
+        encoded = codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
         database = self.services.database
         with database.transaction() as conn:
-            effects = run_sync(_transitions.signal(conn, self.queries, run_id, node, encoded))
+            effects = run_sync(transitions.signal(conn, self.queries, run_id, node, encoded))
         database.publish(effects.payloads())
 
 

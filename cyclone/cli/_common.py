@@ -25,9 +25,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 import asyncpg
 
 from cyclone._client import Client
-from cyclone._errors import CycloneError
-from cyclone._queries import DATABASE_ERRORS
-from cyclone._sql import validate_identifier
+from cyclone._model.errors import CycloneError
+from cyclone._storage.loader import validate_identifier
+from cyclone._storage.queries import DATABASE_ERRORS
 
 T = TypeVar("T")
 # Piped output is not cut to 80 columns: that width is for a terminal (or $COLUMNS).

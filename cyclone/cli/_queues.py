@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from cyclone._client import Client
-from cyclone._errors import UnknownQueueError
+from cyclone._model.errors import UnknownQueueError
 from cyclone.cli._common import (
     Failure,
     add_row,

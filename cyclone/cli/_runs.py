@@ -13,8 +13,8 @@ from rich.progress import Progress
 from rich.table import Column, Table
 
 from cyclone._client import Client
-from cyclone._run import RunInfo, RunQuery, RunState
-from cyclone._runs import PURGE_BATCH
+from cyclone._model.handles import RunInfo, RunQuery, RunState
+from cyclone._services.runs import PURGE_BATCH
 from cyclone.cli._common import (
     Failure,
     add_row,

@@ -1,4 +1,4 @@
-"""``cyclone schedules ls|pause|resume|trigger``: the stored schedules (cyclone/_scheduler.py)."""
+"""``cyclone schedules ls|pause|resume|trigger``: the stored schedules (``client.schedules``)."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from cyclone._client import Client
-from cyclone._kinds import Step
-from cyclone._worker import Worker
-from cyclone._workflow import Workflow
+from cyclone._model.steps import Step
+from cyclone._model.workflows import Workflow
+from cyclone._worker.worker import Worker
 from cyclone.cli._common import Failure
 
 _ACCEPTED = (

@@ -13,11 +13,11 @@ import click
 from click.core import ParameterSource
 
 from cyclone._client import Client
-from cyclone._kinds import Step
-from cyclone._schema import check as check_migrations
-from cyclone._sql import MIGRATIONS
-from cyclone._worker import DEFAULT_CONCURRENCY, Worker
-from cyclone._workflow import Workflow
+from cyclone._model.steps import Step
+from cyclone._model.workflows import Workflow
+from cyclone._services.readiness import check as check_migrations
+from cyclone._storage.loader import MIGRATIONS
+from cyclone._worker.worker import DEFAULT_CONCURRENCY, Worker
 from cyclone.cli._common import Failure, command, main, with_client
 from cyclone.cli._targets import describe, load, parse_queues, read_target, steps_of
 

@@ -15,8 +15,8 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.connection import ConnectionProxy
 
-from cyclone._errors import InvalidInputError, InvalidStateError, NotInTransactionError
-from cyclone._notifier import queue_payload
+from cyclone._model.errors import InvalidInputError, InvalidStateError, NotInTransactionError
+from cyclone._services.notifier import queue_payload
 
 NOT_IN_ATOMIC = "a *_tx call on Django's connection needs a transaction.atomic() block around it"
 

@@ -29,12 +29,12 @@ from sqlalchemy import Connection, event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
-from cyclone._errors import InvalidInputError, NotInTransactionError
-from cyclone._notifier import queue_payload
-from cyclone._targets import CallerTransaction, Producer
+from cyclone._enqueue.targets import CallerTransaction, Producer
+from cyclone._model.errors import InvalidInputError, NotInTransactionError
+from cyclone._services.notifier import queue_payload
 
 if TYPE_CHECKING:
-    from cyclone._wakeups import Wakeups
+    from cyclone._enqueue.wakeups import Wakeups
 
 __all__ = ["AsyncSession", "async_target", "async_transaction", "sync_parts", "sync_transaction"]
 

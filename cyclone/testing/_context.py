@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cyclone._client import Client
-from cyclone._context import Context
+from cyclone._worker.context import Context
 from cyclone.testing._recorder import TxRecorder
 
 

@@ -10,11 +10,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cyclone._options import Options
-from cyclone._targets import JobPlan, Target, uuid7
+from cyclone._enqueue.targets import JobPlan, Target, uuid7
+from cyclone._model.options import Options
 
 if TYPE_CHECKING:
-    from cyclone._workflow import SubmitPlan
+    from cyclone._model.workflows import SubmitPlan
 
 
 @dataclass(frozen=True, slots=True)

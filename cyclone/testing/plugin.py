@@ -36,9 +36,9 @@ import asyncpg
 import pytest
 
 from cyclone._client import Client
-from cyclone._kinds import Step
-from cyclone._worker import Worker
-from cyclone._workflow import Workflow
+from cyclone._model.steps import Step
+from cyclone._model.workflows import Workflow
+from cyclone._worker.worker import Worker
 from cyclone.testing._postgres import PostgresServer, describe, postgres_server, server_version
 
 try:

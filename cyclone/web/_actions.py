@@ -20,13 +20,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cyclone._client import Client
-from cyclone._errors import (
+from cyclone._model.errors import (
     CycloneError,
     InvalidInputError,
     PayloadTooLargeError,
     UnknownQueueError,
 )
-from cyclone._run import Run
+from cyclone._model.handles import Run
 from cyclone.web import _filters
 from cyclone.web._filters import BadRequest
 from cyclone.web._pages import Pages

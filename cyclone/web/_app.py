@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cyclone._client import Client
-from cyclone._errors import InvalidInputError, InvalidOptionError, RunNotFoundError
+from cyclone._model.errors import InvalidInputError, InvalidOptionError, RunNotFoundError
 from cyclone.web import _live
 from cyclone.web._actions import Actions
 from cyclone.web._filters import BadRequest

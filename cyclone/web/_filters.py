@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from cyclone._run import RunQuery, RunState
+from cyclone._model.handles import RunQuery, RunState
 
 FIELDS = ("name", "state", "key", "queue", "after", "before")
 MAX_TEXT = 256

@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from cyclone._client import Client
-from cyclone._errors import RunNotFoundError
-from cyclone._run import Run, RunInfo, RunPayloads, RunState
+from cyclone._model.errors import RunNotFoundError
+from cyclone._model.handles import Run, RunInfo, RunPayloads, RunState
 from cyclone.web import _filters, _svg, _views
 from cyclone.web._render import Renderer
 

@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from cyclone._errors import InvalidInputError, InvalidOptionError
+from cyclone._model.errors import InvalidInputError, InvalidOptionError
 
 Authorize = Callable[[Request], bool | Awaitable[bool]]
 COOKIE = "cyclone_csrf"

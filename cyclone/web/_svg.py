@@ -9,7 +9,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cyclone._run import NodeInfo, Throughput
+from cyclone._model.handles import NodeInfo, Throughput
 
 NODE_W, NODE_H = 150, 34
 GAP_X, GAP_Y = 60, 18

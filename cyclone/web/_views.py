@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cyclone._run import NodeInfo, RunInfo, RunPayloads, RunState
-from cyclone._states import ReportedNodeState
+from cyclone._model.handles import NodeInfo, RunInfo, RunPayloads, RunState
+from cyclone._model.states import ReportedNodeState
 
 
 def stored_time(value: Any) -> dt.datetime | None:

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone._sql import MIGRATIONS, Queries
+from cyclone._storage.loader import MIGRATIONS, Queries
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.app import backwards, echo, fail, pipeline, slow
 from tests.cli.process import SCRIPT, cli, environment, one_line_error

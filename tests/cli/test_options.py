@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import cyclone
-from cyclone._sql import MIGRATIONS
+from cyclone._storage.loader import MIGRATIONS
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.app import echo
 from tests.cli.process import cli, one_line_error

@@ -7,7 +7,7 @@ import pathlib
 import re
 from importlib import resources
 
-from cyclone import _sql
+from cyclone._storage import loader
 
 DOC = pathlib.Path(__file__).parents[2] / "docs" / "scaling.md"
 
@@ -21,7 +21,7 @@ def _table_names() -> set[str]:
 
 
 def test_the_scaling_table_lists_every_statement() -> None:
-    statements = set(_sql.parse_folder(resources.files("cyclone").joinpath("sql")))
+    statements = set(loader.parse_folder(resources.files("cyclone._storage").joinpath("sql")))
     listed = _table_names()
     assert sorted(statements - listed) == [], "add these to docs/scaling.md's table"
     assert sorted(listed - statements) == [], "these are in docs/scaling.md but not in the SQL"

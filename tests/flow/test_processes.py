@@ -8,7 +8,7 @@ import datetime as dt
 import signal
 
 import cyclone
-from cyclone._producer import CLAIMS_AT_ONCE
+from cyclone._worker.producer import CLAIMS_AT_ONCE
 from cyclone.testing.plugin import CycloneEnv
 from tests.flow.conftest import make_starts_table, until, worker_processes
 from tests.flow.flow_app import Work, work

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 import cyclone
-from cyclone import _ahead, _producer
-from cyclone import _queries as db
+from cyclone._storage import queries as db
+from cyclone._worker import ahead as _ahead
+from cyclone._worker import producer as _producer
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import fast_worker
 

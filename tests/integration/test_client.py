@@ -9,8 +9,8 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone._queries import DATABASE_ERRORS
-from cyclone._sql import MIGRATIONS
+from cyclone._storage.loader import MIGRATIONS
+from cyclone._storage.queries import DATABASE_ERRORS
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import fast_worker, recording_queries, waiting_on_a_lock
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime as dt
 
 import cyclone
-from cyclone import _queries as db
-from cyclone._sql import Queries
+from cyclone._storage import queries as db
+from cyclone._storage.loader import Queries
 from cyclone.testing.plugin import CycloneEnv
 
 # The real time, moved by this connection's cyclone.test_offset (none: not moved).

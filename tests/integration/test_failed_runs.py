@@ -10,8 +10,8 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone import _queries as db
-from cyclone import _transitions
+from cyclone._services import transitions
+from cyclone._storage import queries as db
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, count_rows, fast_worker, waiting_on_a_lock
 
@@ -76,7 +76,7 @@ async def failed_while_patient_runs(env: CycloneEnv) -> tuple[cyclone.Run, async
         )
         first = next(r for r in rows if r["kind"] == "failed.quick")
         async with conn.transaction():
-            owned, _ = await _transitions.fail_node_or_job(
+            owned, _ = await transitions.fail_node_or_job(
                 conn,
                 q,
                 task_id=first["id"],
@@ -161,7 +161,7 @@ async def test_cancel_waiting_on_a_job_retry_leaves_no_task(cyclone_env: Cyclone
     async with cyclone_env.pool.acquire() as retrier:
         tx = retrier.transaction()
         await tx.start()
-        await _transitions.retry(retrier, q, run.id, None)  # re-opened, a new task queued
+        await transitions.retry(retrier, q, run.id, None)  # re-opened, a new task queued
         cancelling = asyncio.get_running_loop().create_task(run.cancel())
         await waiting_on_a_lock(cyclone_env)  # the cancel waits for the retry's run lock
         await tx.commit()

@@ -1,6 +1,7 @@
 """The connections a worker keeps from one claim to the next and from one outcome batch to
-the next (``cyclone._database.Held``): reused while they work, given back when the pool needs
-them, and replaced, never reused, when the server ends them, with no job lost or run twice.
+the next (``cyclone._services.database.Held``): reused while they work, given back when the
+pool needs them, and replaced, never reused, when the server ends them, with no job lost or
+run twice.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone._database import Database, Held
-from cyclone._transitions import Effects
+from cyclone._services.database import Database, Held
+from cyclone._services.transitions import Effects
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
 

@@ -12,10 +12,10 @@ import pytest
 import pytest_asyncio
 
 import cyclone
-from cyclone import _queries as db
-from cyclone._attempt import Claimed, Completed
-from cyclone._completer import Completer
-from cyclone._sync_services import pinned
+from cyclone._services.sync import pinned
+from cyclone._storage import queries as db
+from cyclone._worker.completer import Completer
+from cyclone._worker.outcomes import Claimed, Completed
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import fast_worker, waiting_on_a_lock
 

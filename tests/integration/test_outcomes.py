@@ -14,10 +14,10 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone import _maintenance
-from cyclone import _queries as db
-from cyclone._attempt import Claimed, Completed, Failed, Outcome, Retry, Snoozed
-from cyclone._completer import Completer
+from cyclone._storage import queries as db
+from cyclone._worker import maintenance
+from cyclone._worker.completer import Completer
+from cyclone._worker.outcomes import Claimed, Completed, Failed, Outcome, Retry, Snoozed
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import waiting_on_a_lock
 
@@ -117,7 +117,7 @@ async def test_reclaim_skips_a_task_being_completed(cyclone_env: CycloneEnv) -> 
         assert len(rows) == 1
         # Maintenance runs meanwhile: SKIP LOCKED passes the task by instead of waiting.
         await asyncio.wait_for(
-            _maintenance.run_once(cyclone_env.client.services, None, worker_id="m"), 30
+            maintenance.run_once(cyclone_env.client.services, None, worker_id="m"), 30
         )
         await tx.commit()
     info = await run.info()

@@ -9,7 +9,8 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import cyclone
-from cyclone import _ahead, _worker
+from cyclone._worker import ahead as _ahead
+from cyclone._worker import worker as _worker
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import cyclone
-from cyclone import _queries as db
+from cyclone._storage import queries as db
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
 

@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone._schema import address
+from cyclone._services.readiness import address
 from cyclone.testing._postgres import PostgresServer, free_port
 from tests.chaos.cluster import Cluster, cluster_from, require_server_binaries, template_data
 from tests.cli.app import echo

@@ -1,10 +1,10 @@
-"""The state columns of a migrated schema hold exactly the states of cyclone._states."""
+"""The state columns of a migrated schema hold exactly the states of cyclone._model.states."""
 
 from __future__ import annotations
 
 import re
 
-from cyclone._states import STATES, TaskState
+from cyclone._model.states import STATES, TaskState
 from cyclone.testing.plugin import CycloneEnv
 
 

@@ -11,9 +11,9 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone import _queries as db
-from cyclone._publisher import ENDS_LAG
-from cyclone._transitions import Effects
+from cyclone._services.publisher import ENDS_LAG
+from cyclone._services.transitions import Effects
+from cyclone._storage import queries as db
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Listener, queue_wakeups
 

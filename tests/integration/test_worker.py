@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone import _queries as db
+from cyclone._storage import queries as db
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, count_rows, fast_worker
 

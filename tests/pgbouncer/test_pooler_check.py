@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone._pooler import LISTEN, STATEMENT_CACHE
+from cyclone._services.pooler import LISTEN, STATEMENT_CACHE
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.app import echo
 from tests.cli.process import cli, line_with, one_line_error, start

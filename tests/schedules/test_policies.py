@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import cyclone
-from cyclone._scheduler import Scheduler
-from cyclone._schedules import slot_key
+from cyclone._model.schedules import slot_key
+from cyclone._worker.scheduler import Scheduler
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import fast_worker
 

@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 
 import cyclone
-from cyclone._schedules import slot_key
+from cyclone._model.schedules import slot_key
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import ROOT, reaped
 

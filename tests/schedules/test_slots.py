@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import cyclone
-from cyclone._schedules import GRACE, MAX_CATCH_UP, Timing, plan, slot_key
+from cyclone._model.schedules import GRACE, MAX_CATCH_UP, Timing, plan, slot_key
 
 UTC = dt.UTC
 PARIS = ZoneInfo("Europe/Paris")

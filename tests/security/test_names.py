@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import cyclone
-from cyclone._sql import _STATEMENTS, Queries
+from cyclone._storage.loader import _STATEMENTS, Queries
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.process import cli, one_line_error
 from tests.conftest import count_rows

@@ -12,8 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cyclone
-from cyclone._notifier import QUEUE_PREFIX, RUN_PREFIX, Notifier, queue_payload, run_payloads
-from cyclone._options import _QUEUE
+from cyclone._model.options import _QUEUE
+from cyclone._services.notifier import (
+    QUEUE_PREFIX,
+    RUN_PREFIX,
+    Notifier,
+    queue_payload,
+    run_payloads,
+)
 from cyclone.testing import TxRecorder, new_context
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import count_rows, recording_queries

@@ -1,10 +1,10 @@
-"""How far a queue claims ahead (``cyclone._ahead``): nothing before a first handler ran or
+"""How far a queue claims ahead (``cyclone._worker.ahead``): nothing before a first handler ran or
 once handlers are long, else no more than the slots run in AHEAD_SPAN, within the caps."""
 
 from __future__ import annotations
 
-from cyclone import _ahead
-from cyclone._ahead import Pace, most_ahead
+from cyclone._worker import ahead as _ahead
+from cyclone._worker.ahead import Pace, most_ahead
 
 
 def test_nothing_ahead_before_a_first_handler_or_once_handlers_are_long() -> None:

@@ -8,7 +8,7 @@ imports of optional extras), except under ``if TYPE_CHECKING:``: the public sign
 from, and those names exist only for type checkers, so nothing runs in a circle.
 
 A private member is an underscore name that is not a dunder. Code may use its own (``self._x``,
-``cls._x``) and import private modules (``cyclone._queries``); everything else goes through
+``cls._x``) and import private modules (``cyclone._storage.queries``); everything else goes through
 names without an underscore. A third-party object's private member that Cyclone cannot do
 without is allowed only through :data:`ALLOWED`, each with the reason.
 """
@@ -27,11 +27,11 @@ ALLOWED = {
     # asyncpg keeps a pool's connect arguments only here: the LISTEN connection and the
     # pooler check open connections of their own to where the pool goes, and the start-up
     # check names that address when nothing answers there.
-    ("cyclone._notifier", "pool._connect_args"),
-    ("cyclone._notifier", "pool._connect_kwargs"),
-    ("cyclone._pooler", "pool._connect_kwargs"),
-    ("cyclone._schema", "pool._connect_args"),
-    ("cyclone._schema", "pool._connect_kwargs"),
+    ("cyclone._services.notifier", "pool._connect_args"),
+    ("cyclone._services.notifier", "pool._connect_kwargs"),
+    ("cyclone._services.pooler", "pool._connect_kwargs"),
+    ("cyclone._services.readiness", "pool._connect_args"),
+    ("cyclone._services.readiness", "pool._connect_kwargs"),
     # Django's connection proxy names the wrapper it stands for only through these.
     ("cyclone.integrations.django", "source._connections"),
     ("cyclone.integrations.django", "source._alias"),

@@ -181,10 +181,10 @@ async def test_a_batch_says_which_input_does_not_match() -> None:
 
 
 async def test_an_output_of_the_wrong_type_says_what_it_must_be() -> None:
-    from cyclone import _codec
+    from cyclone._model import codec
 
     with pytest.raises(cyclone.InvalidInputError) as raised:
-        _codec.encode(3, type(None), what="output of step 'checks.act'", limit=1000)
+        codec.encode(3, type(None), what="output of step 'checks.act'", limit=1000)
     assert str(raised.value) == "output of step 'checks.act' must be None: got int"
 
 

@@ -10,7 +10,7 @@ import re
 import pytest
 
 import cyclone
-from cyclone import _errors
+from cyclone._model import errors as _errors
 from cyclone.testing import new_context
 
 GROUPS: dict[type[cyclone.CycloneError], set[type[cyclone.CycloneError]]] = {

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 import cyclone
-from cyclone._insert import plan_jobs
+from cyclone._enqueue.insert import plan_jobs
 
 flow = cyclone.define_result("plan.flow", int, int)
 

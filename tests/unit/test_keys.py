@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cyclone
-from cyclone._keys import MAX_KEY_BYTES, validate_key
+from cyclone._model.keys import MAX_KEY_BYTES, validate_key
 
 
 def is_valid(key: str) -> bool:

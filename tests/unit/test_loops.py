@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-from cyclone._loops import every, jittered, wait_woken
+from cyclone._services.loops import every, jittered, wait_woken
 
 
 async def test_a_set_event_ends_the_wait_at_once() -> None:

@@ -1,5 +1,5 @@
-"""The wrappers of cyclone._queries send each statement its declared parameters by name, read
-from their source without a database."""
+"""The wrappers of cyclone._storage.queries send each statement its declared parameters by
+name, read from their source without a database."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from importlib import resources
 
 import pytest
 
-import cyclone._queries
-from cyclone._sql import _STATEMENTS
+import cyclone._storage.queries
+from cyclone._storage.loader import _STATEMENTS
 
 _SENDERS = {"execute", "fetch", "fetchrow", "fetchval"}
 
@@ -19,7 +19,7 @@ def _sends() -> list[tuple[str, str, set[str], bool]]:
     """(module, statement, keywords, whether more come from a **mapping) of every call that
     names its statement literally."""
     found = []
-    for entry in resources.files(cyclone._queries).iterdir():
+    for entry in resources.files(cyclone._storage.queries).iterdir():
         if not entry.name.endswith(".py"):
             continue
         for node in ast.walk(ast.parse(entry.read_text("utf-8"))):
@@ -59,4 +59,4 @@ def test_the_claim_scans_at_most_claim_max_tasks(statement: str) -> None:
     the planner costs its scan for that many rows whatever the backlog."""
     sql = _STATEMENTS[statement].sql
     constants = [n for n in re.findall(r"LIMIT (\d+)", sql) if n != "1"]  # probes take one
-    assert constants == [str(cyclone._queries.CLAIM_MAX)]
+    assert constants == [str(cyclone._storage.queries.CLAIM_MAX)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cyclone._sql import _STATEMENTS, Queries, SqlLoadError, Statement, parse_folder
+from cyclone._storage.loader import _STATEMENTS, Queries, SqlLoadError, Statement, parse_folder
 
 
 def texts(folder: Path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The state machine of cyclone._states against the SQL: every write of a state column is a
+"""The state machine of cyclone._model.states against the SQL: every write of a state column is a
 listed transition, every listed transition is a write, and the vocabularies are the CHECKs.
 
 The statements are read by name through the loader (fragments filled in) and parsed just
@@ -16,8 +16,7 @@ from importlib import resources
 
 import pytest
 
-from cyclone import _sql
-from cyclone._states import (
+from cyclone._model.states import (
     STATES,
     STORED_RUN_STATES,
     TRANSITIONS,
@@ -26,6 +25,7 @@ from cyclone._states import (
     Table,
     Transition,
 )
+from cyclone._storage import loader as _loader
 from tests.conftest import ROOT
 
 PARAM = "<parameter>"  # the state a statement sets from a parameter
@@ -185,7 +185,7 @@ def column_rules() -> tuple[dict[Table, set[str]], dict[Table, str]]:
     """Each state column's CHECK values and its default, from the migrations."""
     checks: dict[Table, set[str]] = {}
     defaults: dict[Table, str] = {}
-    text = "\n".join(m.sql for m in _sql.MIGRATIONS)
+    text = "\n".join(m.sql for m in _loader.MIGRATIONS)
     assert not re.search(r"ALTER\s+COLUMN\s+state\b", text, re.IGNORECASE)
     for table in Table:
         body = re.search(rf"CREATE TABLE __schema__\.{table.value} \((.*?)\n\);", text, re.DOTALL)
@@ -205,8 +205,8 @@ def column_rules() -> tuple[dict[Table, set[str]], dict[Table, str]]:
 
 
 CHECKS, DEFAULTS = column_rules()
-NAMES = sorted(_sql.parse_folder(resources.files("cyclone").joinpath("sql")))
-QUERIES = _sql.Queries("states_test")
+NAMES = sorted(_loader.parse_folder(resources.files("cyclone._storage").joinpath("sql")))
+QUERIES = _loader.Queries("states_test")
 WRITES = [w for name in NAMES for w in writes(name, QUERIES[name], DEFAULTS)]
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import cyclone
-from cyclone._options import parse
+from cyclone._model.options import parse
 from tests.conftest import ROOT
 
 TYPING = ROOT / "tests" / "typing"

@@ -1,0 +1,158 @@
+"""The one insert path behind every enqueue and submit variant, on either driver.
+
+A call is checked and turned into a plan (:class:`JobPlan`, or the workflow's
+:class:`~cyclone._model.workflows.SubmitPlan`) before the first statement, so bad input writes
+nothing. A :class:`Target` then writes the plan: where the connection comes from and what
+happens to the wakeup are the target's, the statements and their retry rules are
+:class:`DatabaseTarget`'s, written once:
+
+The targets live in ``cyclone._enqueue.targets``:
+
+- :class:`OwnStatement`: ``tx is None``; Cyclone takes a pooled connection, writes (one
+  autocommit statement, or a short transaction for a sequence lock) and publishes the wakeup.
+- :class:`CallerTransaction`: the caller's open transaction (a raw asyncpg connection, a
+  tracked one, a completion transaction, a SQLAlchemy session); never begins, commits or rolls
+  it back, and hands the wakeup to the transaction's tracker, if it has one, for after commit.
+- the synchronous client's targets (``cyclone.sync``) run the same coroutines on psycopg.
+- a ``tx`` whose type has an ``insert_target()`` provides its own target: the test kit's
+  ``TxRecorder`` records plans instead of writing them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from cyclone._enqueue.targets import (
+    DatabaseTarget,
+    JobPlan,
+    Producer,
+    Target,
+    asyncpg_caller,
+    uuid7_many,
+)
+from cyclone._enqueue.wakeups import TrackedConnection
+from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT, encode_array
+from cyclone._model.errors import InvalidInputError
+from cyclone._model.handles import ResultRun
+from cyclone._model.options import EnqueueOptions, Options, parse
+from cyclone._services.database import Database
+from cyclone._services.publisher import Publisher
+from cyclone._storage import queries as db
+
+if TYPE_CHECKING:
+    from cyclone._client import Client
+    from cyclone._model.steps import Kind
+
+# The option names a call takes at run time are the keys its TypedDict gives a type checker.
+ENQUEUE_OPTIONS = EnqueueOptions.__optional_keys__
+
+
+def check_options(options: Mapping[str, Any], allowed: frozenset[str], *, call: str) -> Options:
+    """Reject unknown option names, then parse the rest."""
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        known = ", ".join(sorted(allowed))
+        raise InvalidInputError(
+            f"unknown option(s) {', '.join(unknown)} for {call}; known: {known}"
+        )
+    return parse(**options)
+
+
+class OwnStatement(DatabaseTarget):
+    """``tx is None`` on the asyncio client: a pooled connection, committed here."""
+
+    def __init__(self, producer: Producer, database: Database, publisher: Publisher) -> None:
+        super().__init__(producer)
+        self.database = database
+        self.publisher = publisher
+
+    @contextlib.asynccontextmanager
+    async def connection(self, *, transaction: bool) -> AsyncIterator[db.Conn]:
+        # The connection's reset on release is not waited for (Database.borrow).
+        async with self.database.borrow() as pooled:
+            if transaction:
+                async with self.database.transaction(pooled):
+                    yield pooled
+            else:
+                yield pooled
+
+    def carrying(self, queue: str) -> contextlib.AbstractContextManager[tuple[str, str] | None]:
+        # An insert that commits on its own wakes workers itself (Publisher.carrying).
+        return self.publisher.carrying(queue)
+
+    def woke(self, queues: Sequence[str]) -> None:
+        self.publisher.wake(queues)
+
+
+def target_for(client: Client | None, tx: object) -> Target:
+    """The target that writes through ``tx`` (``None``: Cyclone's own statement; a ``tx``
+    whose type has ``insert_target()``, the target that method gives)."""
+    # Looked up on the type: cheaper than isinstance() on a runtime protocol, on every call.
+    provides = getattr(type(tx), "insert_target", None)
+    if provides is not None:
+        target: Target = provides(tx)
+        return target
+    if client is None:
+        raise InvalidInputError("a client is needed to enqueue or submit")
+    services = client.services
+    if tx is None:
+        return OwnStatement(client, services.database, services.publisher)
+    if isinstance(tx, TrackedConnection):
+        return asyncpg_caller(client, tx.connection, tx.record)
+    if isinstance(tx, asyncpg.Connection | asyncpg.pool.PoolConnectionProxy):
+        return asyncpg_caller(client, tx, None)
+    if "sqlalchemy" in sys.modules:
+        from cyclone.integrations import sqlalchemy as glue
+
+        session = glue.async_target(client, services.publisher.publish, tx)
+        if session is not None:
+            return session
+    raise InvalidInputError(
+        f"tx must be an asyncpg connection in a transaction, a tracked connection or a "
+        f"SQLAlchemy AsyncSession/AsyncConnection on asyncpg; got {type(tx).__name__}"
+    )
+
+
+def payload_limit(client: Producer | None) -> int:
+    """The client's input limit; a recorder in a unit test may come without a client."""
+    return DEFAULT_PAYLOAD_LIMIT if client is None else client.payload_limit
+
+
+def plan_jobs(
+    client: Producer | None, kind: Kind[Any, Any], inputs: Sequence[Any], options: Mapping[str, Any]
+) -> JobPlan:
+    """Check options and inputs; the plan of what to insert (nothing is written yet)."""
+    opts = check_options(options, ENQUEUE_OPTIONS, call="enqueue")
+    if opts.unique is not None and len(inputs) != 1:
+        raise InvalidInputError("unique= applies to a single enqueue, not to enqueue_many")
+    encoded = encode_array(
+        inputs, kind.input_type, what=f"input of step {kind.name!r}", limit=payload_limit(client)
+    )
+    return JobPlan(
+        kind=kind,
+        inputs=inputs,
+        encoded=encoded,
+        ids=uuid7_many(len(inputs)),
+        options=opts,
+        queue=opts.queue or kind.queue,
+    )
+
+
+async def enqueue(
+    client: Client | None,
+    tx: object,
+    kind: Kind[Any, Any],
+    inputs: Sequence[Any],
+    options: Mapping[str, Any],
+) -> list[ResultRun[Any]]:
+    """Insert standalone jobs of ``kind`` on the asyncio client; handles in input order."""
+    target = target_for(client, tx)
+    plan = plan_jobs(client, kind, inputs, options)
+    if plan.ids:
+        await target.write_jobs(plan)
+    return [ResultRun(client, i, kind.output_type) for i in plan.ids]  # type: ignore[arg-type]

@@ -1,0 +1,278 @@
+"""Write targets: where the insert path (``cyclone._enqueue.insert``) writes a plan, and
+what becomes of its wakeups.
+
+:class:`DatabaseTarget` holds the statements and their retry rules, written once; a subclass
+says where the connection comes from: :class:`CallerTransaction` is the caller's open
+transaction, never begun or committed here; ``cyclone._enqueue.insert.OwnStatement`` and the
+synchronous client's targets are Cyclone's own statements, committed there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import asyncpg
+from asyncpg.pgproto.pgproto import UUID as PgUUID
+
+from cyclone._model import codec
+from cyclone._model.errors import (
+    DuplicateError,
+    KeyContentionError,
+    NotInTransactionError,
+    SubmitConflictError,
+)
+from cyclone._model.options import Options
+from cyclone._services.observe import Observers
+from cyclone._storage import queries as db
+from cyclone._storage.loader import Queries
+
+if TYPE_CHECKING:
+    from cyclone._model.steps import Kind
+    from cyclone._model.workflows import SubmitPlan
+
+logger = logging.getLogger("cyclone")
+
+# A duplicate's holder can end between our insert and our look-up; then we insert again.
+_UNIQUE_TRIES = 3
+# A submit key's run can be purged between our insert and our look-up; then we insert again.
+_KEY_TRIES = 3
+NOT_IN_TRANSACTION = (
+    "a *_tx call needs a connection inside a transaction (async with conn.transaction())"
+)
+
+
+def uuid7_many(n: int) -> list[uuid.UUID]:
+    """``n`` time-ordered UUIDs (version 7), ascending in the order asked for.
+
+    Runs list newest-first by id, and inserts stay at the right edge of the primary key. One
+    clock read and one random draw per batch (RFC 9562, "monotonic random"): the first id takes
+    73 random bits under the millisecond, the others count up from it, so two batches of the
+    same millisecond would have to draw overlapping ranges out of 2**73 to collide. They are
+    asyncpg's own UUID type (a :class:`uuid.UUID`), which it builds and sends in C.
+    """
+    millis = (time.time_ns() // 1_000_000) & ((1 << 48) - 1)
+    rand = int.from_bytes(os.urandom(10), "big")
+    # 12 random bits in rand_a; 61 in rand_b, whose top bit stays clear so counting never
+    # reaches the variant bits.
+    first = millis << 80 | 0x7 << 76 | (rand >> 68) << 64 | 0b10 << 62 | (rand & ((1 << 61) - 1))
+    return [PgUUID((first + i).to_bytes(16, "big")) for i in range(n)]
+
+
+def uuid7() -> uuid.UUID:
+    """One time-ordered UUID; see :func:`uuid7_many`."""
+    return uuid7_many(1)[0]
+
+
+class Producer(Protocol):
+    """What the insert path needs of a client (``cyclone.Client`` or ``cyclone.sync.Client``)."""
+
+    @property
+    def queries(self) -> Queries: ...
+    @property
+    def payload_limit(self) -> int: ...
+    @property
+    def observers(self) -> Observers: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlan:
+    """Standalone jobs to insert: checked, encoded (the inputs as one JSON array text), with
+    their ids."""
+
+    kind: Kind[Any, Any]
+    inputs: Sequence[Any]
+    encoded: str
+    ids: list[uuid.UUID]
+    options: Options
+    queue: str
+
+
+class Target(Protocol):
+    """Where a plan is written and what is done with its wakeups."""
+
+    async def write_jobs(self, plan: JobPlan) -> None:
+        """Insert the jobs of ``plan``."""
+        ...
+
+    async def write_run(self, plan: SubmitPlan) -> tuple[uuid.UUID, bool]:
+        """Insert the workflow run of ``plan``; return its id and whether this call made it."""
+        ...
+
+
+class DatabaseTarget:
+    """A target that writes: the statements and their retries, for every connection source.
+
+    A subclass says where the connection comes from (:meth:`connection`), what NOTIFY an
+    insert may carry (:meth:`carrying`) and what to do with a wakeup (:meth:`woke`: called
+    once the write is done, and after its commit when the target commits it itself).
+    """
+
+    # The errors a driver raises for a NOTIFY that cannot be queued (SQLSTATE 54000).
+    notify_full: tuple[type[BaseException], ...] = (asyncpg.ProgramLimitExceededError,)
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+
+    def connection(self, *, transaction: bool) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The connection to write on; ``transaction``: the write needs one of its own (a
+        sequence lock lasts until commit)."""
+        raise NotImplementedError
+
+    def carrying(self, queue: str) -> contextlib.AbstractContextManager[tuple[str, str] | None]:
+        """The (channel, payload) the insert statement may send itself, or None."""
+        return contextlib.nullcontext()
+
+    def woke(self, queues: Sequence[str]) -> None:
+        """``queues`` got claimable work that no statement announced."""
+
+    async def write_jobs(self, plan: JobPlan) -> None:
+        """Insert the jobs of ``plan``, taking the sequence lock first if it has one."""
+        kind, opts, observers = plan.kind, plan.options, self.producer.observers
+        span: dict[str, str | int] = {"cyclone.kind": kind.name, "cyclone.queue": plan.queue}
+        span["cyclone.count"] = len(plan.ids)
+        with observers.enqueue_span(f"enqueue {kind.name}", span):
+            trace = trace_text(self.producer)  # the enqueue span's: a handler's parent
+            async with self.connection(transaction=opts.sequence is not None) as conn:
+                carried = await self._insert_jobs(conn, plan, trace)
+            if opts.claimable_now() and not carried:
+                self.woke([plan.queue])
+        observers.enqueued(kind.name, plan.queue, len(plan.ids))
+
+    async def _insert_jobs(self, conn: db.Conn, plan: JobPlan, trace: str | None) -> bool:
+        """Insert; return whether the statement carried its own wakeup."""
+        q, opts, kind = self.producer.queries, plan.options, plan.kind
+        if opts.sequence is not None:
+            await db.sequence_lock(conn, q, kind.name, opts.sequence)
+        inline = opts.sequence is None and opts.claimable_now()
+        max_attempts = kind.max_attempts if opts.max_attempts is None else opts.max_attempts
+        with self.carrying(plan.queue) if inline else contextlib.nullcontext() as notify:
+            for _ in range(_UNIQUE_TRIES):
+                try:
+                    inserted = await db.job_insert_many(
+                        conn,
+                        q,
+                        ids=plan.ids,
+                        inputs=plan.encoded,
+                        kind=kind.name,
+                        queue=plan.queue,
+                        priority=kind.priority if opts.priority is None else opts.priority,
+                        process_at=opts.process_at,
+                        max_attempts=max_attempts,
+                        sequence=opts.sequence,
+                        unique=opts.unique,
+                        deadline=opts.run_deadline,
+                        trace=trace,
+                        notify=notify,
+                        group=opts.group,
+                    )
+                except self.notify_full as exc:
+                    if notify is None or "NOTIFY queue" not in str(exc):
+                        raise
+                    # The server's notification queue is full (a listener stuck in a long
+                    # transaction): the commit failed, taking the insert with it. Insert again
+                    # without the NOTIFY; its wakeup is then published after the commit.
+                    logger.warning(
+                        "enqueueing %s on queue %s without its NOTIFY (%s); workers "
+                        "find it at their next poll",
+                        kind.name,
+                        plan.queue,
+                        exc,
+                    )
+                    notify = None
+                    continue
+                if inserted or opts.unique is None:
+                    return notify is not None
+                holder = await db.job_find_unique(conn, q, kind.name, opts.unique)
+                if holder is not None:
+                    raise DuplicateError(kind.name, opts.unique, holder)
+        raise KeyContentionError("unique", str(opts.unique), kind.name)
+
+    async def write_run(self, plan: SubmitPlan) -> tuple[uuid.UUID, bool]:
+        """Insert the run, its steps and edges in one statement; with a key already taken,
+        compare inputs (same: the existing run; different: :class:`SubmitConflictError`)."""
+        observers = self.producer.observers
+        span = {"cyclone.workflow": plan.name, "cyclone.nodes": plan.node_count}
+        with observers.enqueue_span(f"submit {plan.name}", span):
+            run_id, created = await self._insert_run(plan, trace_text(self.producer))
+        if created:
+            for queue in plan.queues:
+                observers.enqueued(plan.name, queue, 1)
+        return run_id, created
+
+    async def _insert_run(self, plan: SubmitPlan, trace: str | None) -> tuple[uuid.UUID, bool]:
+        q = self.producer.queries
+        async with self.connection(transaction=False) as conn:
+            for _ in range(_KEY_TRIES):
+                run_id = uuid7()
+                inserted = await db.workflow_insert(conn, q, run_id, *plan.arguments(trace))
+                if inserted is not None:
+                    break
+                assert plan.key is not None  # only a keyed insert can insert nothing
+                existing = await db.workflow_find_key(conn, q, plan.name, plan.key, plan.encoded)
+                if existing is not None:
+                    if not existing["same_input"]:
+                        raise SubmitConflictError(plan.name, plan.key, existing["id"])
+                    return existing["id"], False
+                # The key's run was purged between the two statements: the key is free again.
+            else:
+                raise KeyContentionError("submit", str(plan.key), plan.name)
+        if plan.options.claimable_now():
+            self.woke(plan.queues)
+        return inserted, True
+
+
+class CallerTransaction(DatabaseTarget):
+    """The caller's open transaction: never begun, committed or rolled back here.
+
+    ``open`` gives the driver's connection (raising :class:`NotInTransactionError` when no
+    transaction is open); ``record`` takes each wakeup for after the commit (None: the caller
+    does not track them, and workers find the work at their next poll).
+    """
+
+    def __init__(
+        self,
+        producer: Producer,
+        open: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
+        record: Callable[[str], None] | None,
+        *,
+        notify_full: tuple[type[BaseException], ...] = DatabaseTarget.notify_full,
+    ) -> None:
+        super().__init__(producer)
+        self._open = open
+        self._record = record
+        self.notify_full = notify_full
+
+    def connection(self, *, transaction: bool) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self._open()
+
+    def woke(self, queues: Sequence[str]) -> None:
+        if self._record is not None:
+            for queue in queues:
+                self._record(queue)
+
+
+def asyncpg_caller(
+    producer: Producer, conn: db.Conn, record: Callable[[str], None] | None
+) -> CallerTransaction:
+    """The caller's transaction on a raw asyncpg connection."""
+
+    @contextlib.asynccontextmanager
+    async def open() -> AsyncIterator[db.Conn]:
+        if not conn.is_in_transaction():
+            raise NotInTransactionError(NOT_IN_TRANSACTION)
+        yield conn
+
+    return CallerTransaction(producer, open, record)
+
+
+def trace_text(client: Producer | None) -> str | None:
+    """The current trace context as JSON text, to store with runs written now."""
+    carrier = None if client is None else client.observers.trace_context()
+    return None if carrier is None else codec.encode_plain(carrier)

@@ -1,0 +1,294 @@
+"""Run handles and the read models returned by the client.
+
+A handle is an id and a client; it holds no connection. Every operation is the client's runs
+service's (``cyclone._services.runs``), on the client's pool, so a handle from ``*_tx`` raises
+:class:`RunNotFoundError` until its transaction commits.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+if TYPE_CHECKING:
+    from cyclone._client import Client
+
+Out = TypeVar("Out")
+# A handle only gives its output out: a ResultRun[bool] is a ResultRun[int].
+Out_co = TypeVar("Out_co", covariant=True)
+
+
+class RunState(enum.StrEnum):
+    """A run's state. ``COMPLETED``, ``FAILED`` and ``CANCELLED`` are terminal."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the run has ended."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One node (step or wait) of a run.
+
+    ``state`` is one of pending, available, scheduled, running, waiting, completed, failed,
+    cancelled. ``errors`` holds every failed attempt's error, oldest first.
+    """
+
+    name: str
+    kind: str | None
+    state: str
+    attempts: int
+    errors: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What a run is and where it stands.
+
+    ``nodes`` (by name) and ``edges`` (parent, child) are empty in ``list_runs`` pages;
+    ``run.info()`` fills them, and ``input`` and ``output`` (the run's input and the output of
+    a job or of a result workflow's result node, decoded as plain JSON values; ``None`` until
+    there is one, and in ``list_runs`` pages).
+    """
+
+    id: uuid.UUID
+    name: str
+    key: str | None
+    state: RunState
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+    error: dict[str, Any] | None
+    job: bool
+    nodes: list[NodeInfo] = field(default_factory=list)
+    edges: list[tuple[str, str]] = field(default_factory=list)
+    input: Any = None
+    output: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnservedWork:
+    """Claimable tasks of one kind (and workflow, for nodes) that no live worker serves."""
+
+    kind: str
+    workflow: str | None  # None: standalone jobs
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker: where it runs, what it claims, when it started and last renewed its
+    presence (once per heartbeat). A worker that stopped renewing for a few heartbeats is no
+    longer listed."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    kinds: list[str]
+    workflows: list[str]
+    started_at: dt.datetime
+    seen_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue's live work: tasks by state, the oldest wait, the last minute's throughput.
+
+    ``expired`` counts running tasks whose lease ran out (their worker is gone or stalled);
+    ``blocking`` counts failed sequenced jobs holding up their sequence. ``workers`` counts
+    the live workers claiming from the queue; ``unserved`` the claimable tasks that none of
+    them serves (kind or workflow not given to any), detailed in ``unserved_work``.
+    ``paused`` and the ``*_limit`` fields are the queue's flow control (docs/flow-control.md):
+    ``rate_limit`` and ``key_rate_limit`` (each group key's) are (starts, per seconds);
+    ``None`` is no limit.
+    """
+
+    queue: str
+    available: int
+    scheduled: int
+    running: int
+    expired: int
+    blocking: int
+    oldest_seconds: float | None
+    completed_last_minute: int
+    workers: int = 0
+    unserved: int = 0
+    unserved_work: list[UnservedWork] = field(default_factory=list)
+    paused: bool = False
+    concurrency_limit: int | None = None
+    rate_limit: tuple[int, float] | None = None
+    key_concurrency_limit: int | None = None
+    key_rate_limit: tuple[int, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Filters for ``client.list_runs``; every one is optional. Newest runs come first.
+
+    A page is found by walking runs from the newest back (by their time-ordered ids) until
+    ``limit`` match, so a filter that few recent runs match reads further into the history;
+    keep the history bounded with :class:`Retention`, or bound the walk with ``scan``. A
+    ``cursor`` starts the walk where the previous page ended.
+    """
+
+    name: str | None = None
+    state: RunState | list[RunState] | None = None
+    key: str | None = None
+    created_after: dt.datetime | None = None
+    created_before: dt.datetime | None = None
+    limit: int = 100
+    cursor: str | None = None
+    #: A job's queue, or the queue of any node of a workflow run.
+    queue: str | None = None
+    #: Read at most this many runs (from the cursor back) to fill the page: the page may then
+    #: be short, with a ``next_cursor`` that continues the walk. ``None`` reads on until the
+    #: page is full or the history ends.
+    scan: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of runs; pass ``next_cursor`` back as ``RunQuery.cursor`` for the next."""
+
+    runs: list[RunInfo]
+    next_cursor: str | None
+
+
+class Run:
+    """A handle on one run."""
+
+    __slots__ = ("client", "id")
+
+    def __init__(self, client: Client, run_id: uuid.UUID) -> None:
+        self.client = client
+        self.id = run_id
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Run) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    async def status(self) -> RunState:
+        """The run's current state."""
+        return await self.client.services.runs.status(self.id)
+
+    async def wait(self, timeout: float | None = None) -> RunState:
+        """Wait until the run ends and return its state; ``TimeoutError`` after ``timeout``."""
+        return await self.client.services.runs.wait(self.id, timeout)
+
+    async def info(self) -> RunInfo:
+        """The run with its per-node states, attempts and errors."""
+        return await self.client.services.runs.info(self.id)
+
+    async def cancel(self) -> bool:
+        """Cancel the run; True if this call cancelled it.
+
+        A pending or running run is cancelled (its running handlers stop within a heartbeat),
+        and so is a failed one (a failed sequenced job then stops blocking its sequence). A
+        completed or cancelled run is left as it is: False.
+        """
+        return await self.client.services.runs.cancel(self.id)
+
+    async def retry_all(self) -> None:
+        """Re-open a failed run: every failed node gets a fresh attempt budget."""
+        await self.client.services.runs.retry(self.id, None)
+
+    async def payloads(self) -> RunPayloads:
+        """The run's input and output, and each node's output and signal payload (decoded
+        JSON, untyped: for display and inspection)."""
+        return await self.client.services.runs.payloads(self.id)
+
+    async def retry(self, node: str) -> None:
+        """Reset one failed node; the run re-opens once no failed node is left.
+
+        A job's one node is named after its kind. :class:`UnknownKindError` if the run has
+        no such node, :class:`InvalidStateError` if it has not failed.
+        """
+        await self.client.services.runs.retry(self.id, node)
+
+
+class ResultRun(Run, Generic[Out_co]):
+    """A handle on a run of a result workflow (or a job): ``result()`` gives its output.
+
+    ``ResultRun(client, run_id, int)`` is a ``ResultRun[int]``; an output type a type checker
+    cannot read as a class (``int | None``) gives ``ResultRun[Any]``, to annotate.
+    """
+
+    __slots__ = ("output_type",)
+
+    @overload
+    def __init__(
+        self: ResultRun[Out], client: Client, run_id: uuid.UUID, output_type: type[Out]
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: ResultRun[Any], client: Client, run_id: uuid.UUID, output_type: Any
+    ) -> None: ...
+    def __init__(self, client: Client, run_id: uuid.UUID, output_type: Any) -> None:
+        super().__init__(client, run_id)
+        self.output_type = output_type
+
+    async def result(self, timeout: float | None = None) -> Out_co:
+        """Wait for the run and return its typed output.
+
+        Raises :class:`RunFailedError`, :class:`RunCancelledError`, or
+        :class:`NoOutputError` when the run has no result node.
+        """
+        result: Out_co = await self.client.services.runs.result(self.id, self.output_type, timeout)
+        return result
+
+
+# Read models for dashboards (cyclone.web).
+
+
+@dataclass(frozen=True, slots=True)
+class NodePayloads:
+    """One workflow node's queue, output (``None`` until it completes) and, for a wait node,
+    the signal payload it got (``signalled`` tells a ``None`` payload from no signal)."""
+
+    queue: str
+    output: Any
+    signal: Any
+    signalled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunPayloads:
+    """A run's input and output as stored, decoded as plain JSON values.
+
+    ``output`` is a job's output or a result workflow's result node's (``None`` before it
+    completes or when there is none); ``nodes`` maps each node of a workflow run to its
+    :class:`NodePayloads` (empty for a job).
+    """
+
+    input: Any
+    output: Any
+    nodes: dict[str, NodePayloads]
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Jobs and workflow nodes of one queue that ended in one minute (``minute`` is its start,
+    UTC): completed, and failed with their attempts used up."""
+
+    queue: str
+    minute: dt.datetime
+    completed: int
+    failed: int

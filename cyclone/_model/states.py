@@ -1,0 +1,225 @@
+"""Cyclone's state machine: the states of each table, and every transition between them.
+
+Three tables carry a ``state`` column, each with a vocabulary of its own (the migrations'
+CHECK constraints):
+
+- ``cyclone_runs``: a run's stored :class:`RunState` (pending, completed, failed, cancelled;
+  ``RUNNING`` is only ever reported, never stored).
+- ``cyclone_steps``: a workflow node's :class:`NodeState` (the table keeps its old name; a
+  standalone job has no row there: its run row carries its one node).
+- ``cyclone_tasks``: a live task's :class:`TaskState`. A task row exists only while its
+  node or job has work to do: it is inserted when work is released and deleted when it ends.
+
+A fourth vocabulary, :class:`ReportedNodeState`, is what ``run.info()`` reports for a node:
+the node's stored state, with a queued node's live task telling available, scheduled or
+running. :data:`TRANSITIONS` lists every write of a state column (an insert is a transition
+from nothing, a delete one to nothing), the named statement in ``sql/`` that makes it, the
+condition under which the statement makes it, and who calls that statement;
+``tests/unit/test_states.py`` checks it against the SQL, and docs/architecture.md shows it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from cyclone._model.handles import RunState
+
+__all__ = [
+    "STATES",
+    "STORED_RUN_STATES",
+    "TRANSITIONS",
+    "NodeState",
+    "ReportedNodeState",
+    "RunState",
+    "Table",
+    "TaskState",
+    "Transition",
+]
+
+
+class Table(enum.StrEnum):
+    """The tables whose rows have a state."""
+
+    RUNS = "cyclone_runs"
+    NODES = "cyclone_steps"
+    TASKS = "cyclone_tasks"
+
+
+class NodeState(enum.StrEnum):
+    """A workflow node's stored state (``cyclone_steps.state``)."""
+
+    PENDING = "pending"  # dependencies not done, or parked while its run is not pending
+    QUEUED = "queued"  # released: it has a task row
+    WAITING = "waiting"  # a reachable wait node without its signal
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class TaskState(enum.StrEnum):
+    """A task's state (``cyclone_tasks.state``); a task that ends is deleted."""
+
+    AVAILABLE = "available"  # claimable from its available_at
+    RUNNING = "running"  # claimed: leased by one attempt (lease_until is set)
+    FAILED = "failed"  # a sequenced job out of attempts, kept to block its sequence
+
+
+class ReportedNodeState(enum.StrEnum):
+    """A node's state as ``run.info()`` reports it (:attr:`cyclone.NodeInfo.state`)."""
+
+    PENDING = "pending"
+    AVAILABLE = "available"
+    SCHEDULED = "scheduled"  # available later: a retry's delay, or a run_at in the future
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+STORED_RUN_STATES = frozenset(RunState) - {RunState.RUNNING}
+"""The states a run row can hold; a pending run that started is reported as running."""
+
+STATES: dict[Table, frozenset[str]] = {
+    Table.RUNS: frozenset(STORED_RUN_STATES),
+    Table.NODES: frozenset(NodeState),
+    Table.TASKS: frozenset(TaskState),
+}
+"""Each table's vocabulary, as its CHECK constraint allows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One state change a named statement makes to rows of one table.
+
+    ``source`` is empty when the statement inserts the row; ``target`` is ``None`` when it
+    deletes the row.
+    """
+
+    table: Table
+    source: frozenset[str]
+    target: str | None
+    statement: str
+    guard: str
+    caller: str
+
+
+def _t(
+    table: Table,
+    source: str | tuple[str, ...],
+    target: str | None,
+    statements: str,
+    guard: str,
+    caller: str,
+) -> list[Transition]:
+    # One row of the table per statement (several share one transition: the grouped variants).
+    sources = frozenset((source,) if isinstance(source, str) else source)
+    return [Transition(table, sources, target, s, guard, caller) for s in statements.split()]
+
+
+_NEW = ()  # the statement inserts the row
+_GONE = None  # the statement deletes the row
+
+R, N, T = RunState, NodeState, TaskState
+_ENDED = (R.COMPLETED, R.FAILED, R.CANCELLED)
+_LIVE_TASK = (T.AVAILABLE, T.RUNNING, T.FAILED)
+_ENQUEUE = "job_insert_many job_insert_many_grouped"
+_UNIQUE = "job_insert_unique job_insert_unique_grouped"
+_SUBMIT = "workflow_insert workflow_insert_grouped"
+_FENCED = "the task is still running under the attempt's claim count"
+
+# fmt: off
+TRANSITIONS: tuple[Transition, ...] = (
+    # Runs.
+    *_t(Table.RUNS, _NEW, R.PENDING, _ENQUEUE, "none", "enqueue, enqueue_many"),
+    *_t(Table.RUNS, _NEW, R.PENDING, _UNIQUE, "no pending run holds the unique key",
+        "enqueue(unique=...)"),
+    *_t(Table.RUNS, _NEW, R.PENDING, _SUBMIT, "the submit key, if any, is free",
+        "submit, submit_once"),
+    *_t(Table.RUNS, _NEW, R.PENDING, "schedule_job_insert_many", "the slot's key is free",
+        "scheduler"),
+    *_t(Table.RUNS, R.PENDING, R.COMPLETED, "job_complete_many", f"{_FENCED}; run pending",
+        "completer"),
+    *_t(Table.RUNS, R.PENDING, R.COMPLETED, "node_advance",
+        "run pending (locked); its last remaining node completed", "completer, signal, retry"),
+    *_t(Table.RUNS, R.PENDING, R.FAILED, "job_fail",
+        f"last attempt; {_FENCED} (maintenance: and its lease expired)",
+        "completer, maintenance"),
+    *_t(Table.RUNS, R.PENDING, R.FAILED, "run_fail", "run pending (locked)",
+        "completer, maintenance (node out of attempts, wait timeout, deadline)"),
+    *_t(Table.RUNS, R.PENDING, R.FAILED, "job_end", "run pending, past its deadline (locked)",
+        "maintenance (deadline)"),
+    *_t(Table.RUNS, (R.PENDING, R.FAILED), R.CANCELLED, "job_end run_cancel",
+        "run pending or failed (locked)", "cancel"),
+    *_t(Table.RUNS, R.FAILED, R.PENDING, "run_reopen",
+        "run failed (locked); no failed node left after the reset", "retry"),
+    *_t(Table.RUNS, R.FAILED, R.PENDING, "job_reopen", "run failed (locked)", "retry"),
+    *_t(Table.RUNS, _ENDED, _GONE, "run_purge",
+        "ended before the cut-off, in the states asked; no task left but available ones; "
+        "not locked by another (SKIP LOCKED)", "purge, retention"),
+    # Workflow nodes.
+    *_t(Table.NODES, _NEW, N.PENDING, _SUBMIT, "the node has dependencies", "submit"),
+    *_t(Table.NODES, _NEW, N.QUEUED, _SUBMIT, "a root step (it gets its task)", "submit"),
+    *_t(Table.NODES, _NEW, N.WAITING, _SUBMIT, "a root wait node", "submit"),
+    *_t(Table.NODES, N.PENDING, N.QUEUED, "node_advance run_release",
+        "a step with no dependency left; run pending (locked)", "completer, signal, retry"),
+    *_t(Table.NODES, N.PENDING, N.WAITING, "node_advance run_release",
+        "a wait node with no dependency left; run pending (locked)",
+        "completer, signal, retry"),
+    *_t(Table.NODES, N.QUEUED, N.COMPLETED, "node_complete_many", _FENCED, "completer"),
+    *_t(Table.NODES, N.WAITING, N.COMPLETED, "wait_complete_many", "its signal is stored",
+        "completer, signal, retry"),
+    *_t(Table.NODES, N.QUEUED, N.FAILED, "node_fail",
+        f"last attempt; {_FENCED} (maintenance: and its lease expired)",
+        "completer, maintenance"),
+    *_t(Table.NODES, N.WAITING, N.FAILED, "wait_expire", "its timeout passed", "maintenance"),
+    *_t(Table.NODES, N.QUEUED, N.PENDING, "task_retry_many",
+        f"parked: {_FENCED}; its run is no longer pending", "completer (retry, snooze)"),
+    *_t(Table.NODES, N.QUEUED, N.PENDING, "task_reclaim",
+        "parked: lease expired, attempts left; its run is no longer pending", "maintenance"),
+    *_t(Table.NODES, (N.QUEUED, N.WAITING), N.PENDING, "run_fail",
+        "parked: its task was dropped (available, or running with drop_running), or waiting",
+        "completer, maintenance"),
+    *_t(Table.NODES, (N.PENDING, N.QUEUED, N.WAITING), N.CANCELLED, "run_cancel",
+        "not completed or failed; its run cancelled by this statement", "cancel"),
+    *_t(Table.NODES, N.FAILED, N.PENDING, "run_reopen",
+        "failed (only the named node, when given); run failed (locked)", "retry"),
+    *_t(Table.NODES, tuple(N), _GONE, "run_purge", "its run is purged", "purge, retention"),
+    # Tasks.
+    *_t(Table.TASKS, _NEW, T.AVAILABLE, f"{_ENQUEUE} {_UNIQUE} schedule_job_insert_many",
+        "with its run (none when the run's insert did nothing)", "enqueue, scheduler"),
+    *_t(Table.TASKS, _NEW, T.AVAILABLE, _SUBMIT, "a root step", "submit"),
+    *_t(Table.TASKS, _NEW, T.AVAILABLE, "node_advance run_release",
+        "a step released (pending to queued)", "completer, signal, retry"),
+    *_t(Table.TASKS, _NEW, T.AVAILABLE, "job_reopen", "the failed job kept no task", "retry"),
+    *_t(Table.TASKS, T.FAILED, T.AVAILABLE, "job_reopen",
+        "the failed sequenced job's blocking task", "retry"),
+    *_t(Table.TASKS, T.AVAILABLE, T.RUNNING, "task_claim task_claim_plain",
+        "due, kind (and workflow) served, run pending, first live task of its sequence, "
+        "room under flow control; not locked by another (SKIP LOCKED)", "producer"),
+    *_t(Table.TASKS, T.RUNNING, T.AVAILABLE, "task_retry_many", f"{_FENCED}; run pending",
+        "completer (retry, snooze)"),
+    *_t(Table.TASKS, T.RUNNING, T.AVAILABLE, "task_reclaim",
+        "lease expired, attempts left; run pending", "maintenance"),
+    *_t(Table.TASKS, T.RUNNING, T.FAILED, "job_fail",
+        f"a sequenced job's last attempt; {_FENCED}", "completer, maintenance"),
+    *_t(Table.TASKS, (T.AVAILABLE, T.RUNNING), T.FAILED, "job_end",
+        "a sequenced job past its deadline", "maintenance (deadline)"),
+    *_t(Table.TASKS, T.RUNNING, _GONE, "job_complete_many node_complete_many", _FENCED,
+        "completer"),
+    *_t(Table.TASKS, T.RUNNING, _GONE, "task_retry_many task_reclaim",
+        "as to available, but its run is no longer pending (parked)",
+        "completer, maintenance"),
+    *_t(Table.TASKS, T.RUNNING, _GONE, "job_fail node_fail",
+        f"last attempt, not a sequenced job; {_FENCED}", "completer, maintenance"),
+    *_t(Table.TASKS, (T.AVAILABLE, T.RUNNING), _GONE, "run_fail",
+        "its run failed by this statement; running only with drop_running",
+        "completer, maintenance"),
+    *_t(Table.TASKS, _LIVE_TASK, _GONE, "job_end run_cancel",
+        "cancel: every task of the run; deadline: an unsequenced job's task",
+        "cancel, maintenance (deadline)"),
+    *_t(Table.TASKS, T.AVAILABLE, _GONE, "run_purge", "its run is purged", "purge, retention"),
+)
+"""Every state transition, grouped by table; see the module's docstring."""
+# fmt: on

@@ -1,0 +1,411 @@
+"""DAG workflows: definition and validation, and the plan of rows a submit writes (pure).
+
+A submit turns into a :class:`SubmitPlan` here; the insert path (``_insert``) writes it.
+
+Nodes can only depend on nodes defined before them, so a definition is always acyclic and
+its definition order is a topological order. A submitted run stores its nodes and edges, so
+it keeps the graph it was submitted with when a later deploy changes the definition.
+"""
+
+from __future__ import annotations
+
+import typing
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
+
+from cyclone._enqueue.insert import check_options, payload_limit, target_for
+from cyclone._enqueue.targets import Producer
+from cyclone._enqueue.wakeups import Tx
+from cyclone._model import codec
+from cyclone._model.errors import InvalidInputError, UnknownNodeError
+from cyclone._model.handles import ResultRun, Run
+from cyclone._model.keys import validate_key, validate_name
+from cyclone._model.options import Options, SubmitOptions, seconds
+from cyclone._model.steps import Kind, Step
+
+if TYPE_CHECKING:
+    from cyclone._client import Client
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+StepIn = TypeVar("StepIn")
+StepOut = TypeVar("StepOut")
+# A node only gives its output out: a Node[bool] can be the result of a workflow of int.
+Out_co = TypeVar("Out_co", covariant=True)
+
+SUBMIT_OPTIONS = SubmitOptions.__optional_keys__
+_WAIT_QUEUE = "-"  # wait nodes are never claimed; the column wants a value
+# Every workflow this process defined, for the worker's check that a step it serves is not
+# also a node of a workflow it was not given (whose nodes it would then never claim).
+_DEFINED: weakref.WeakSet[Workflow[Any]] = weakref.WeakSet()
+
+
+def defined_workflows() -> list[Workflow[Any]]:
+    """The workflows defined in this process so far, by name."""
+    return sorted(_DEFINED, key=lambda wf: wf.name)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitPlan:
+    """What a submit writes: the run, its nodes and edges (as ``workflow_insert`` columns)."""
+
+    name: str
+    input: Any
+    encoded: str
+    key: str | None
+    result_node: str | None
+    options: Options
+    nodes: tuple[list[Any], ...]  # names, kinds, queues, max attempts, deps, wait timeouts
+    edges: tuple[list[str], list[str]]  # parents, children
+    queues: list[str]  # of the root steps: what to wake once the run commits
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes the run has."""
+        return len(self.nodes[0])
+
+    def arguments(self, trace: str | None) -> tuple[Any, ...]:
+        """The parameters of ``workflow_insert`` after the run id (``trace``: the trace
+        context to store, taken inside the submit's span)."""
+        opts = self.options
+        priority = 0 if opts.priority is None else opts.priority
+        return (
+            self.name,
+            self.encoded,
+            self.result_node,
+            self.key,
+            self.node_count,
+            opts.run_deadline,
+            priority,
+            opts.process_at,
+            *self.nodes,
+            *self.edges,
+            trace,
+            opts.group,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Node(Generic[Out_co]):
+    """A node of a workflow: a step, or a wait node (``kind is None``) completed by a signal.
+
+    ``Out_co`` is its output type: ``wf.node(step)`` of a ``Step[In, int]`` is a ``Node[int]``,
+    which ``ctx.output(node)`` returns as an ``int``; a wait node is a ``Node[Any]``.
+    """
+
+    name: str
+    kind: Kind[Any, Out_co] | None
+    after: tuple[str, ...]
+    input_fn: Callable[[Any, Mapping[str, Any]], Any] | None = None
+    timeout: float | None = None
+
+
+class Workflow(Generic[In]):
+    """A named DAG of steps; every ``submit`` makes a new run, ``submit_once`` one per key."""
+
+    def __init__(self, name: str, input_type: Any) -> None:
+        self.name = validate_name(name, what="a workflow's name")
+        codec.check_type(input_type, what=f"input of workflow {self.name!r}")
+        self.input_type = input_type
+        self._nodes: dict[str, Node[Any]] = {}
+        self._result: str | None = None
+        _DEFINED.add(self)
+
+    def __repr__(self) -> str:
+        return f"<cyclone.{type(self).__name__} {self.name!r} nodes={list(self._nodes)}>"
+
+    # Definition
+
+    @overload
+    def node(
+        self,
+        step: Kind[In, StepOut],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | str] = ...,
+        input: None = ...,
+    ) -> Node[StepOut]: ...
+    @overload
+    def node(
+        self,
+        step: Kind[StepIn, StepOut],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | str] = ...,
+        input: Callable[[In, Mapping[str, Any]], StepIn],
+    ) -> Node[StepOut]: ...
+    def node(
+        self,
+        step: Kind[Any, Any],
+        *,
+        name: str | None = None,
+        after: Sequence[Node[Any] | str] = (),
+        input: Callable[[Any, Mapping[str, Any]], Any] | None = None,
+    ) -> Node[Any]:
+        """Add a step node running after ``after``; its name defaults to the step's.
+
+        The handler gets the workflow input, or ``input(workflow_input, outputs)`` built
+        from the decoded outputs of its dependencies.
+        """
+        if not isinstance(step, Kind):
+            raise InvalidInputError(f"{step!r} is not a step or kind")
+        if input is None and not _accepts(step.input_type, self.input_type):
+            raise InvalidInputError(
+                f"step {step.name!r} takes {codec.type_name(step.input_type)}, not the "
+                f"workflow input {codec.type_name(self.input_type)}: pass "
+                "input=fn(workflow_input, outputs) to build it"
+            )
+        if input is not None and not callable(input):
+            raise InvalidInputError("input= must be a function (workflow_input, outputs)")
+        return self._add(Node(name or step.name, step, self._deps(after), input))
+
+    def wait(
+        self, name: str, *, after: Sequence[Node[Any] | str] = (), timeout: float | None = None
+    ) -> Node[Any]:
+        """Add a wait node: it completes when ``client.signal(run_id, name, payload)`` comes.
+
+        With ``timeout`` (seconds after it becomes reachable) it fails when no signal came.
+        """
+        wait_timeout = None if timeout is None else seconds(timeout, what="timeout")
+        return self._add(Node(name, None, self._deps(after), None, wait_timeout))
+
+    def _deps(self, after: Sequence[Node[Any] | str]) -> tuple[str, ...]:
+        names = []
+        for dep in after:
+            dep_name = dep.name if isinstance(dep, Node) else dep
+            if dep_name not in self._nodes or (
+                isinstance(dep, Node) and self._nodes[dep_name] is not dep
+            ):
+                raise UnknownNodeError(
+                    f"workflow {self.name!r} has no node {dep_name!r} (define it before use)",
+                    dep_name,
+                )
+            if dep_name in names:
+                raise InvalidInputError(f"node {dep_name!r} is listed twice in after=")
+            names.append(dep_name)
+        return tuple(names)
+
+    def _add(self, node: Node[Out]) -> Node[Out]:
+        validate_name(node.name, what="a node name")
+        if node.name in self._nodes:
+            raise InvalidInputError(f"workflow {self.name!r} already has a node {node.name!r}")
+        self._nodes[node.name] = node
+        return node
+
+    # What workers need
+
+    @property
+    def nodes(self) -> list[Node[Any]]:
+        """The nodes, in definition (topological) order."""
+        return list(self._nodes.values())
+
+    def get_node(self, name: str) -> Node[Any] | None:
+        """The node named ``name``, if this definition has it."""
+        return self._nodes.get(name)
+
+    def steps(self) -> list[Step[Any, Any]]:
+        """The steps with handlers used by this workflow (what a worker serving it runs)."""
+        seen: dict[str, Step[Any, Any]] = {}
+        for node in self._nodes.values():
+            if isinstance(node.kind, Step):
+                seen.setdefault(node.kind.name, node.kind)
+        return list(seen.values())
+
+    def output_types(self) -> dict[str, Any]:
+        """Each node's output type, by node name."""
+        return {n: (nd.kind.output_type if nd.kind else Any) for n, nd in self._nodes.items()}
+
+    # Submitting
+
+    async def submit(self, client: Client, input: In, **options: Unpack[SubmitOptions]) -> Run:
+        """Submit a new run in Cyclone's own transaction and wake workers after commit."""
+        run, _ = await self._submit(client, None, None, input, options)
+        return run
+
+    async def submit_tx(
+        self, client: Client, tx: Tx, input: In, **options: Unpack[SubmitOptions]
+    ) -> Run:
+        """Submit a new run in the caller's open transaction ``tx``."""
+        run, _ = await self._submit(client, tx, None, input, options)
+        return run
+
+    async def submit_once(
+        self, client: Client, key: str, input: In, **options: Unpack[SubmitOptions]
+    ) -> tuple[Run, bool]:
+        """Submit the one run of ``key``; ``created`` is True only for the call that made it.
+
+        A different input for an existing key raises :class:`SubmitConflictError`.
+        """
+        return await self._submit(client, None, validate_key(key), input, options)
+
+    async def submit_once_tx(
+        self, client: Client, tx: Tx, key: str, input: In, **options: Unpack[SubmitOptions]
+    ) -> tuple[Run, bool]:
+        """``submit_once`` in the caller's open transaction ``tx``."""
+        return await self._submit(client, tx, validate_key(key), input, options)
+
+    def _handle(self, client: Client, run_id: uuid.UUID) -> Run:
+        return Run(client, run_id)
+
+    def _result_node(self) -> str | None:
+        return None
+
+    def plan(
+        self, producer: Producer | None, key: str | None, input: In, options: Mapping[str, Any]
+    ) -> SubmitPlan:
+        """Check a submit and return what it writes (nothing is written here)."""
+        opts = check_options(options, SUBMIT_OPTIONS, call="submit")
+        if not self._nodes:
+            raise InvalidInputError(f"workflow {self.name!r} has no nodes")
+        result_node = self._result_node()
+        encoded = codec.encode(
+            input,
+            self.input_type,
+            what=f"input of workflow {self.name!r}",
+            limit=payload_limit(producer),
+        )
+        nodes = list(self._nodes.values())
+        return SubmitPlan(
+            name=self.name,
+            input=input,
+            encoded=encoded,
+            key=None if key is None else validate_key(key),
+            result_node=result_node,
+            options=opts,
+            nodes=(
+                [n.name for n in nodes],
+                [n.kind.name if n.kind else None for n in nodes],
+                [n.kind.queue if n.kind else _WAIT_QUEUE for n in nodes],
+                [n.kind.max_attempts if n.kind else 1 for n in nodes],
+                [len(n.after) for n in nodes],
+                [n.timeout for n in nodes],
+            ),
+            edges=([p for n in nodes for p in n.after], [n.name for n in nodes for _ in n.after]),
+            queues=sorted({n.kind.queue for n in nodes if n.kind and not n.after}),
+        )
+
+    async def _submit(
+        self,
+        client: Client | None,
+        tx: object,
+        key: str | None,
+        input: In,
+        options: Mapping[str, Any],
+    ) -> tuple[Run, bool]:
+        target = target_for(client, tx)
+        run_id, created = await target.write_run(self.plan(client, key, input, options))
+        return self._handle(client, run_id), created  # type: ignore[arg-type]
+
+
+class ResultWorkflow(Workflow[In], Generic[In, Out]):
+    """A workflow whose run has a typed result: the output of its result node."""
+
+    def __init__(self, name: str, input_type: Any, output_type: Any) -> None:
+        super().__init__(name, input_type)
+        codec.check_type(output_type, what=f"result of workflow {self.name!r}")
+        self.output_type = output_type
+
+    def set_result(self, node: Node[Out]) -> None:
+        """Make ``node`` (a step node of this workflow) the run's result."""
+        if not isinstance(node, Node) or self._nodes.get(node.name) is not node:
+            name = node.name if isinstance(node, Node) else repr(node)
+            raise UnknownNodeError(f"{node!r} is not a node of workflow {self.name!r}", name)
+        if node.kind is not None and not _accepts(self.output_type, node.kind.output_type):
+            raise InvalidInputError(
+                f"node {node.name!r} outputs {codec.type_name(node.kind.output_type)}, "
+                f"not the workflow result {codec.type_name(self.output_type)}"
+            )
+        self._result = node.name
+
+    def _result_node(self) -> str | None:
+        if self._result is None:
+            raise InvalidInputError(f"result workflow {self.name!r} has no result node set")
+        return self._result
+
+    def _handle(self, client: Client, run_id: uuid.UUID) -> ResultRun[Out]:
+        return ResultRun(client, run_id, self.output_type)
+
+    async def submit(
+        self, client: Client, input: In, **options: Unpack[SubmitOptions]
+    ) -> ResultRun[Out]:
+        """Submit a new run; ``await run.result()`` gives the typed result."""
+        run = await super().submit(client, input, **options)
+        assert isinstance(run, ResultRun)
+        return run
+
+    async def submit_tx(
+        self, client: Client, tx: Tx, input: In, **options: Unpack[SubmitOptions]
+    ) -> ResultRun[Out]:
+        """Submit a new run in the caller's transaction."""
+        run = await super().submit_tx(client, tx, input, **options)
+        assert isinstance(run, ResultRun)
+        return run
+
+    async def submit_once(
+        self, client: Client, key: str, input: In, **options: Unpack[SubmitOptions]
+    ) -> tuple[ResultRun[Out], bool]:
+        """The one run of ``key``, with a typed result."""
+        run, created = await super().submit_once(client, key, input, **options)
+        assert isinstance(run, ResultRun)
+        return run, created
+
+    async def submit_once_tx(
+        self, client: Client, tx: Tx, key: str, input: In, **options: Unpack[SubmitOptions]
+    ) -> tuple[ResultRun[Out], bool]:
+        """``submit_once`` in the caller's transaction, with a typed result."""
+        run, created = await super().submit_once_tx(client, tx, key, input, **options)
+        assert isinstance(run, ResultRun)
+        return run, created
+
+
+def _accepts(wanted: Any, given: Any) -> bool:
+    wanted, given = _bare(wanted), _bare(given)
+    if wanted is Any or wanted is object or wanted == given:
+        return True
+    return isinstance(wanted, type) and isinstance(given, type) and issubclass(given, wanted)
+
+
+def _bare(tp: Any) -> Any:
+    """``tp`` without its ``Annotated`` constraints, which the worker checks on decode."""
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
+
+
+@overload
+def define(name: str, input_type: type[In]) -> Workflow[In]: ...
+@overload
+def define(name: str, input_type: Any) -> Workflow[Any]: ...
+def define(name: str, input_type: Any) -> Workflow[Any]:
+    """Define a workflow named ``name`` taking ``input_type``; add nodes with ``node``."""
+    return Workflow(name, input_type)
+
+
+@overload
+def define_result(
+    name: str, input_type: type[In], output_type: type[Out]
+) -> ResultWorkflow[In, Out]: ...
+@overload
+def define_result(name: str, input_type: Any, output_type: Any) -> ResultWorkflow[Any, Any]: ...
+def define_result(name: str, input_type: Any, output_type: Any) -> ResultWorkflow[Any, Any]:
+    """Define a workflow with a typed result; pick the result node with ``set_result``."""
+    return ResultWorkflow(name, input_type, output_type)
+
+
+def require_workflow(workflow: object, *, call: str) -> None:
+    """Refuse anything but a workflow as the workflow of ``cyclone.<call>()`` (its name, a
+    step): the call would fail later with an ``AttributeError``."""
+    if isinstance(workflow, Workflow):
+        return
+    if isinstance(workflow, Kind):
+        instead = (
+            f"a step is enqueued, not submitted: use cyclone.{call.replace('submit', 'enqueue')}"
+        )
+    else:
+        instead = "pass the workflow object itself"
+    raise InvalidInputError(
+        f"cyclone.{call}() takes a workflow from cyclone.define(...) or "
+        f"cyclone.define_result(...), got {codec.type_name(type(workflow))} {workflow!r}: "
+        f"{instead}"
+    )

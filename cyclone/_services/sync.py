@@ -1,0 +1,247 @@
+"""The synchronous client's services on psycopg 3: its connections, wakeups, run reads and
+write targets (``cyclone.sync`` is the facade). Internal, not a stable API.
+
+Cyclone's own transactions here run at READ COMMITTED, as on asyncio
+(``cyclone._services.database``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from cyclone._enqueue.drivers import connect, run_sync
+from cyclone._enqueue.targets import CallerTransaction, DatabaseTarget, Producer
+from cyclone._enqueue.wakeups import SyncTrackedConnection
+from cyclone._model.errors import InvalidInputError, NotInTransactionError, RunNotFoundError
+from cyclone._model.handles import RunInfo, RunState
+from cyclone._services.notifier import queue_payload
+from cyclone._services.runs import WAIT_POLL_MAX, run_info, timeout_message
+from cyclone._storage import queries as db
+from cyclone._storage.loader import Queries
+
+logger = logging.getLogger("cyclone")
+
+NOTIFY_FULL = (psycopg.errors.ProgramLimitExceeded,)
+NOT_IN_TRANSACTION_PSYCOPG = (
+    "a *_tx call needs a psycopg connection inside a transaction (with conn.transaction(), "
+    "or after a first statement on a connection that is not in autocommit mode)"
+)
+
+
+class SyncDatabase:
+    """Where Cyclone's own statements go: a psycopg pool, a psycopg connection (shared under
+    a lock) or Django's connection wrapper (``django``), and the wakeups sent there."""
+
+    def __init__(self, source: Any, django: Any, queries: Queries, channel: str) -> None:
+        self.source = source
+        self.django = django
+        self.queries = queries
+        self.channel = channel
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for Cyclone's own statements, committed when the block ends."""
+        if self.django is not None:
+            from cyclone.integrations.django import own_connection
+
+            yield own_connection(self.django)
+        elif isinstance(self.source, psycopg_pool.ConnectionPool):
+            with self.source.connection() as conn:
+                yield conn
+        else:
+            with self._lock:
+                yield self.source
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[db.Conn]:
+        """A connection inside Cyclone's own transaction."""
+        with self.connection() as raw, pinned(raw):
+            yield connect(raw)
+
+    def publish(self, payloads: Iterable[str], conn: psycopg.Connection[Any] | None = None) -> None:
+        """One NOTIFY statement for ``payloads``, on ``conn`` (idle, just committed) or on the
+        client's source; a failure is logged, never raised."""
+        payloads = list(payloads)
+        if not payloads:
+            return
+        try:
+            if conn is None:
+                with self.transaction() as own:
+                    run_sync(db.wakeup_notify(own, self.queries, self.channel, payloads))
+            else:
+                with conn.transaction():
+                    run_sync(db.wakeup_notify(connect(conn), self.queries, self.channel, payloads))
+        except psycopg.Error as exc:
+            logger.warning(
+                "publishing %d wakeups failed (%s); polling will pick the work up",
+                len(payloads),
+                exc,
+            )
+
+
+@contextlib.contextmanager
+def pinned(raw: psycopg.Connection[Any]) -> Iterator[None]:
+    """``raw.transaction()``; when it begins a transaction (rather than a savepoint), that
+    transaction runs at READ COMMITTED whatever the session's default. psycopg sends the
+    level with its ``BEGIN``; the connection's own setting is put back after."""
+    if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        with raw.transaction():
+            yield
+        return
+    before = raw.isolation_level
+    raw.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    try:
+        with raw.transaction():
+            yield
+    finally:
+        raw.isolation_level = before
+
+
+class SyncRuns:
+    """Run reads for ``cyclone.sync`` handles and the client."""
+
+    def __init__(self, database: SyncDatabase) -> None:
+        self.database = database
+
+    def status(self, run_id: uuid.UUID) -> RunState:
+        """The run's state; :class:`RunNotFoundError` if it is not visible."""
+        with self.database.connection() as raw:
+            state = run_sync(db.run_status(connect(raw), self.database.queries, run_id))
+        if state is None:
+            raise RunNotFoundError(run_id)
+        return RunState(state)
+
+    def info(self, run_id: uuid.UUID) -> RunInfo:
+        """What the run is and where it stands (as in ``client.list_runs``)."""
+        with self.database.connection() as raw:
+            row = run_sync(db.run_get(connect(raw), self.database.queries, run_id))
+        if row is None:
+            raise RunNotFoundError(run_id)
+        return run_info(row)
+
+    def until_ended(
+        self, run_id: uuid.UUID, timeout: float | None, *, result: bool
+    ) -> tuple[RunState, Any]:
+        """Poll the run, with a growing delay up to one second, until it ends; its state and
+        (with ``result``) its ``run_result`` row."""
+        q = self.database.queries
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            with self.database.connection() as raw:
+                conn = connect(raw)
+                if result:
+                    row = run_sync(db.run_result(conn, q, run_id))
+                    state: str | None = None if row is None else row["state"]
+                else:
+                    row = None
+                    state = run_sync(db.run_status(conn, q, run_id))
+            if state is None:
+                raise RunNotFoundError(run_id)
+            if RunState(state).terminal:
+                return RunState(state), row
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(self._timeout_message(run_id, timeout))
+            pause = delay if deadline is None else min(delay, deadline - time.monotonic())
+            time.sleep(max(pause, 0.0))
+            delay = min(delay * 2, WAIT_POLL_MAX)
+
+    def _timeout_message(self, run_id: uuid.UUID, timeout: float | None) -> str:
+        try:
+            with self.database.connection() as raw:
+                rows = run_sync(db.run_unserved(connect(raw), self.database.queries, run_id))
+        except (psycopg.Error, OSError) as exc:
+            return timeout_message(run_id, timeout, exc)
+        return timeout_message(run_id, timeout, rows)
+
+
+class SyncOwnStatement(DatabaseTarget):
+    """``tx is None``: Cyclone's own statement on the client's source, committed here."""
+
+    notify_full = NOTIFY_FULL
+
+    def __init__(self, producer: Producer, database: SyncDatabase) -> None:
+        super().__init__(producer)
+        self.database = database
+        self._autocommit = False
+
+    @contextlib.asynccontextmanager
+    async def connection(self, *, transaction: bool) -> AsyncIterator[db.Conn]:
+        with self.database.connection() as raw:
+            self._autocommit = raw.autocommit and not transaction
+            if self._autocommit:
+                yield connect(raw)
+            else:
+                with pinned(raw):
+                    yield connect(raw)
+
+    def carrying(self, queue: str) -> contextlib.AbstractContextManager[tuple[str, str] | None]:
+        # An autocommit statement delivers its own NOTIFY at its commit, as on asyncio.
+        wake = (self.database.channel, queue_payload(queue)) if self._autocommit else None
+        return contextlib.nullcontext(wake)
+
+    def woke(self, queues: Sequence[str]) -> None:
+        self.database.publish([queue_payload(q) for q in sorted(queues)])
+
+
+def caller_target(
+    producer: Producer, publish: Callable[[Iterable[str]], None], tx: Any
+) -> CallerTransaction:
+    """The caller's transaction ``tx``, whatever holds it."""
+    if isinstance(tx, SyncTrackedConnection | psycopg.Connection):
+        raw, record = (
+            (tx.connection, tx.record) if isinstance(tx, SyncTrackedConnection) else (tx, None)
+        )
+
+        def conn() -> psycopg.Connection[Any]:
+            if raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                raise NotInTransactionError(NOT_IN_TRANSACTION_PSYCOPG)
+            return raw
+
+        return _caller(producer, conn, record)
+    wrapper = django_wrapper(tx)
+    if wrapper is not None:
+        from cyclone.integrations.django import caller_parts
+
+        return _caller(producer, *caller_parts(wrapper, publish))
+    if _is_sqlalchemy(tx):
+        from cyclone.integrations.sqlalchemy import sync_parts
+
+        parts = sync_parts(tx, publish)
+        if parts is not None:
+            return _caller(producer, *parts)
+    raise InvalidInputError(
+        "tx must be a psycopg connection in a transaction, a SQLAlchemy Session/Connection on "
+        f"psycopg, or Django's connection inside atomic(); got {type(tx).__name__}"
+    )
+
+
+def _caller(producer: Producer, get: Any, record: Any) -> CallerTransaction:
+    @contextlib.asynccontextmanager
+    async def open() -> AsyncIterator[db.Conn]:
+        yield connect(get())
+
+    return CallerTransaction(producer, open, record, notify_full=NOTIFY_FULL)
+
+
+def _is_sqlalchemy(obj: object) -> bool:
+    return type(obj).__module__.startswith("sqlalchemy.")
+
+
+def django_wrapper(obj: object) -> Any:
+    """Django's connection wrapper behind ``obj``, or None if it is not Django's."""
+    if not type(obj).__module__.startswith("django."):
+        return None
+    from cyclone.integrations.django import wrapper_of
+
+    return wrapper_of(obj)

@@ -1,0 +1,81 @@
+"""Maintenance (``sql/maintenance.sql``): expired leases, wait timeouts, run deadlines,
+retention, and the workers' presence rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+
+from cyclone._storage.loader import Queries
+from cyclone._storage.queries.conn import Conn, Record, execute, fetch, fetchval
+
+
+async def task_reclaim(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """Put tasks with expired leases and attempts left back to available."""
+    return await fetch(conn, q, "task_reclaim", limit=limit)
+
+
+async def task_expired_exhausted(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """Tasks whose lease expired on their last attempt."""
+    return await fetch(conn, q, "task_expired_exhausted", limit=limit)
+
+
+async def wait_expire_due(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """Wait nodes past their timeout."""
+    return await fetch(conn, q, "wait_expire_due", limit=limit)
+
+
+async def wait_expire(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, error: str) -> bool:
+    """Fail a wait node past its timeout; whether it was still waiting."""
+    failed = await fetchval(conn, q, "wait_expire", run_id=run_id, node=node, error=error)
+    return failed is not None
+
+
+async def run_deadline_due(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """Pending runs past their deadline: id, and whether each is a job."""
+    return await fetch(conn, q, "run_deadline_due", limit=limit)
+
+
+async def run_purge(
+    conn: Conn, q: Queries, before: dt.datetime, states: Sequence[str], limit: int
+) -> int:
+    """Delete up to ``limit`` terminal runs; return how many."""
+    count: int = await fetchval(conn, q, "run_purge", before=before, states=states, limit=limit)
+    return count
+
+
+async def worker_present(
+    conn: Conn,
+    q: Queries,
+    worker: str,
+    host: str,
+    pid: int,
+    queues: Sequence[str],
+    kinds: Sequence[str],
+    workflows: Sequence[str],
+    ttl: float,
+) -> None:
+    """Record ``worker`` as live for ``ttl`` seconds with what it claims; sweep expired rows."""
+    await execute(
+        conn,
+        q,
+        "worker_present",
+        worker=worker,
+        host=host,
+        pid=pid,
+        queues=queues,
+        kinds=kinds,
+        workflows=workflows,
+        ttl=ttl,
+    )
+
+
+async def worker_leave(conn: Conn, q: Queries, worker: str) -> None:
+    """Remove ``worker``'s presence row."""
+    await execute(conn, q, "worker_leave", worker=worker)
+
+
+async def worker_list(conn: Conn, q: Queries) -> list[Record]:
+    """The live workers' presence rows, newest first."""
+    return await fetch(conn, q, "worker_list")

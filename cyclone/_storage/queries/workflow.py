@@ -1,0 +1,66 @@
+"""Advancing workflow runs (``sql/workflow.sql``): the run lock, releasing children, wait
+nodes and signals, failing and re-opening a run."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from cyclone._storage.loader import Queries
+from cyclone._storage.queries.conn import Conn, Record, execute, fetch, fetchrow, fetchval
+
+
+async def run_lock_many(
+    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    """Lock runs in id order (the first lock of every multi-row transition)."""
+    rows = await fetch(conn, q, "run_lock_many", run_ids=sorted(set(run_ids)))
+    return {r["id"]: r["state"] for r in rows}
+
+
+async def node_advance(
+    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+) -> list[Record]:
+    """Release children of completed nodes and count their runs down."""
+    return await fetch(conn, q, "node_advance", run_ids=run_ids, nodes=nodes)
+
+
+async def wait_complete_many(
+    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+) -> list[Record]:
+    """Complete signalled, reachable wait nodes."""
+    return await fetch(conn, q, "wait_complete_many", run_ids=run_ids, nodes=nodes)
+
+
+async def wait_signal(
+    conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: str
+) -> str | None:
+    """Store a wait node's signal; the node's state, or None if nothing was stored."""
+    state: str | None = await fetchval(
+        conn, q, "wait_signal", run_id=run_id, node=node, payload=payload
+    )
+    return state
+
+
+async def node_get(conn: Conn, q: Queries, run_id: uuid.UUID, node: str) -> Record | None:
+    """A node's kind and whether it was signalled."""
+    return await fetchrow(conn, q, "node_get", run_id=run_id, node=node)
+
+
+async def run_release(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
+    """Queue the ready nodes of an open run."""
+    return await fetch(conn, q, "run_release", run_id=run_id)
+
+
+async def run_fail(
+    conn: Conn, q: Queries, run_id: uuid.UUID, error: str, *, drop_running: bool
+) -> None:
+    """Fail a pending run and drop the work it has not started (or all of it)."""
+    await execute(conn, q, "run_fail", run_id=run_id, error=error, drop_running=drop_running)
+
+
+async def run_reopen(conn: Conn, q: Queries, run_id: uuid.UUID, node: str | None) -> Record:
+    """Reset a failed workflow run's failed nodes: how many, and whether the run re-opened."""
+    row = await fetchrow(conn, q, "run_reopen", run_id=run_id, node=node)
+    assert row is not None
+    return row

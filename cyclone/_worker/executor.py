@@ -1,0 +1,269 @@
+"""The executor: runs one attempt's handler and turns what happened into an outcome value.
+
+It never writes to the database; only the handler does, through its own completion
+transaction, which the executor rolls back when the attempt does not complete. What the
+outcome becomes in the database is the completer's business; :meth:`Executor.report` then
+tells the logs and observers what was accepted.
+
+    handler returned           -> Completed (the encoded output, the completion transaction)
+    raised Snooze(delay)       -> Snoozed
+    raised, attempts left      -> Retry after the backoff (timeout= counts as a failure)
+    raised, last attempt       -> Failed
+    input cannot be decoded    -> Failed at once: no attempt of this code can succeed
+    cancelled by shutdown      -> HandedBack
+    cancelled, task lost       -> Lost
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from cyclone._model import codec
+from cyclone._model.errors import InvalidInputError
+from cyclone._model.steps import Step
+from cyclone._services.database import Database
+from cyclone._worker.context import CompletionTx, Context, HandlerScope, Snooze
+from cyclone._worker.leases import LeaseKeeper
+from cyclone._worker.outcomes import (
+    Claimed,
+    Completed,
+    Failed,
+    HandedBack,
+    Lost,
+    Outcome,
+    Retry,
+    Snoozed,
+    error_message,
+    error_record,
+    error_type,
+    lost_completion,
+)
+
+if TYPE_CHECKING:
+    from cyclone._client import Client
+    from cyclone._model.workflows import Workflow
+
+logger = logging.getLogger("cyclone")
+
+_NOT_OWNED = (
+    "the attempt no longer owns its task (the run was cancelled, or the lease expired and "
+    "another worker took the task over)"
+)
+
+
+class Executor:
+    """Runs handlers of ``steps`` (and of the nodes of ``workflows``) for one worker."""
+
+    def __init__(
+        self,
+        client: Client,
+        steps: Mapping[str, Step[Any, Any]],
+        workflows: Mapping[str, Workflow[Any]],
+        *,
+        database: Database,
+        backoff: Callable[[int], float],
+        leases: LeaseKeeper,
+    ) -> None:
+        self._client = client  # the handlers' ``ctx.client``
+        self._database = database
+        self._steps = steps
+        self._workflows = workflows
+        # Each node's output type, per workflow: built once here, read by every handler run.
+        self._output_types = {name: wf.output_types() for name, wf in workflows.items()}
+        self._backoff = backoff
+        self._leases = leases
+
+    async def run(self, claimed: Claimed) -> Outcome:
+        """Run one attempt; its outcome. Raises only ``CancelledError`` from outside (a task
+        cancelled by neither shutdown nor the lease keeper)."""
+        step = self._steps[claimed.kind]
+        completion = CompletionTx(self._database)
+        scope = HandlerScope()
+        try:
+            ctx, make_input = self._decode(claimed, step, completion, scope)
+        except msgspec.DecodeError as exc:  # ValidationError included
+            self._leases.finishing(claimed)
+            return self._poisoned(claimed, exc)
+        try:
+            with self._span(claimed):
+                scope.bind()
+                try:
+                    value = make_input()
+                    if step.timeout is None:
+                        result = await step.handler(ctx, value)
+                    else:
+                        async with asyncio.timeout(step.timeout):
+                            result = await step.handler(ctx, value)
+                finally:
+                    scope.close()
+                    # What is left is writing the outcome, which the lease keeper and
+                    # hurry() must not cancel (the write itself may delete the task).
+                    self._leases.finishing(claimed)
+            output = codec.encode(
+                result,
+                step.output_type,
+                what=f"output of step {step.name!r}",
+                limit=self._client.output_limit,
+            )
+        except Snooze as snooze:
+            await completion.rollback()
+            return Snoozed(claimed, snooze.delay)
+        except asyncio.CancelledError:
+            await asyncio.shield(completion.rollback())
+            reason = self._leases.reason(claimed)
+            if reason == "shutdown" and completion.lost is not None:
+                # Its transaction was lost before shutdown came: the attempt failed.
+                return self.failure(claimed, lost_completion(completion.lost))
+            if reason == "shutdown":
+                return HandedBack(claimed)
+            if reason == "lost":
+                return Lost(claimed)
+            logger.info("%s cancelled", claimed, extra=claimed.log_fields())
+            raise
+        except Exception as exc:
+            await completion.rollback()
+            timeout = isinstance(exc, TimeoutError) and step.timeout is not None
+            return self.failure(claimed, exc, timeout=timeout)
+        return Completed(claimed, output, completion if completion.opened else None)
+
+    def failure(
+        self, claimed: Claimed, exc: BaseException, *, timeout: bool = False
+    ) -> Retry | Failed:
+        """A failed attempt: a retry after the backoff while attempts are left."""
+        kind = "Timeout" if timeout else None
+        error = error_record(claimed, exc, kind=kind)
+        if timeout:
+            what = f"timed out after {self._steps[claimed.kind].timeout:g} s"
+        else:
+            what = f"failed: {error_type(exc)}: {error_message(exc)}"
+        if claimed.attempt < claimed.max_attempts:
+            return Retry(claimed, self._backoff(claimed.attempt), error, exc, what)
+        return Failed(claimed, error, exc, what)
+
+    def _poisoned(self, claimed: Claimed, exc: Exception) -> Failed:
+        """Input stored by an earlier deploy that this code cannot decode: no attempt of it
+        can succeed, so the run fails at once rather than after every attempt."""
+        error = InvalidInputError(
+            f"the stored input of {claimed.kind!r} (run {claimed.run_id}) does not decode as "
+            f"the type this code declares: {exc}. It was stored when the type was different: "
+            "give new fields defaults and never retype a field (or take the old shape too), "
+            "then retry the run (run.retry_all()), or cancel it"
+        )
+        error.__cause__ = exc
+        record = error_record(claimed, error)
+        what = f"failed: InvalidInputError: {error}"
+        return Failed(claimed, record, error, what, reason="no attempt can decode its input")
+
+    def _decode(
+        self,
+        claimed: Claimed,
+        step: Step[Any, Any],
+        completion: CompletionTx,
+        scope: HandlerScope,
+    ) -> tuple[Context, Callable[[], Any]]:
+        """The handler's context, and a function giving its argument: the decoded input, or
+        what the node's input function makes of the workflow input and dependency outputs
+        (user code, so it runs where the handler does).
+
+        Raises msgspec's errors when a stored payload does not decode as its type.
+        """
+        outputs: dict[str, Any] = {}
+        if claimed.deps is not None:
+            outputs = codec.decode(claimed.deps, dict[str, msgspec.Raw])
+        workflow = self._workflows.get(claimed.run_name) if claimed.node is not None else None
+        node = workflow.get_node(claimed.node) if workflow and claimed.node else None
+        output_types = self._output_types[workflow.name] if workflow else None
+        ctx = Context(
+            client=self._client,
+            run_id=claimed.run_id,
+            node=claimed.node,
+            kind=claimed.kind,
+            attempt=claimed.attempt,
+            max_attempts=claimed.max_attempts,
+            queue=claimed.queue,
+            outputs=outputs,
+            output_types=output_types,
+            completion=completion,
+            scope=scope,
+        )
+        if node is not None and node.input_fn is not None:
+            assert workflow is not None and output_types is not None
+            wf_input = codec.decode(claimed.input, workflow.input_type)
+            decoded = {
+                name: codec.decode(bytes(raw), output_types.get(name, Any))
+                for name, raw in outputs.items()
+            }
+            input_fn = node.input_fn
+            return ctx, lambda: input_fn(wf_input, decoded)
+        value = codec.decode(claimed.input, step.input_type)
+        return ctx, lambda: value
+
+    def _span(self, claimed: Claimed) -> contextlib.AbstractContextManager[None]:
+        observers = self._client.observers
+        if not observers.members:  # the common case: no span, nothing to build for one
+            return contextlib.nullcontext()
+        carrier = None if claimed.trace is None else codec.decode(claimed.trace, dict[str, str])
+        return observers.handler_span(f"run {claimed.kind}", carrier, claimed.span_attributes())
+
+    def report(self, outcome: Outcome, accepted: bool, started: float) -> None:
+        """Log the outcome as the database took it, and tell the observers."""
+        c = outcome.claimed
+        # The common case logs at debug level only: build no log fields for it unless shown.
+        if not (accepted and isinstance(outcome, Completed)) or logger.isEnabledFor(logging.DEBUG):
+            self._log(outcome, accepted)
+        name = outcome.name if accepted else "rejected"
+        self._client.observers.finished(c.kind, c.queue, name, time.perf_counter() - started)
+
+    def _log(self, outcome: Outcome, accepted: bool) -> None:
+        c = outcome.claimed
+        log = c.log_fields()
+        if isinstance(outcome, Completed):
+            if accepted:
+                logger.debug("%s completed", c, extra=log)
+            else:
+                logger.warning(
+                    "%s returned; completion rejected and rolled back: %s", c, _NOT_OWNED, extra=log
+                )
+        elif isinstance(outcome, Retry):
+            if accepted:
+                logger.warning(
+                    "%s %s; retrying in %.2f s", c, outcome.what, outcome.delay, extra=log
+                )
+            else:
+                logger.warning("%s %s; not retried: %s", c, outcome.what, _NOT_OWNED, extra=log)
+        elif isinstance(outcome, Failed):
+            if accepted:
+                logger.error(
+                    "%s %s; %s, so the run fails",
+                    c,
+                    outcome.what,
+                    outcome.reason,
+                    exc_info=outcome.exc,
+                    extra=log,
+                )
+            else:
+                logger.warning(
+                    "%s %s; its failure was not recorded: %s",
+                    c,
+                    outcome.what,
+                    _NOT_OWNED,
+                    extra=log,
+                )
+        elif isinstance(outcome, Snoozed):
+            if accepted:
+                logger.info("%s snoozed for %.3g s", c, outcome.delay, extra=log)
+            else:
+                logger.warning("%s snoozed; not rescheduled: %s", c, _NOT_OWNED, extra=log)
+        elif isinstance(outcome, HandedBack):
+            what = "interrupted by shutdown" if outcome.started else "claimed ahead, not started"
+            if accepted:
+                logger.info("%s %s; handed back to its queue", c, what, extra=log)
+            else:
+                logger.info("%s %s; %s", c, what, _NOT_OWNED, extra=log)

@@ -1,0 +1,399 @@
+"""The producer of one queue: claims as many tasks as it has room for, an attempt for each.
+
+It claims when woken (a NOTIFY for its queue, handled in ``wake()`` itself when no claim is
+in flight), by a freed slot after a full claim or a wakeup that found no room, by room made
+in the completer's buffer, or by a jittered poll, the correctness floor when a notification
+is lost. Room is the free slots, bounded by what the completer's buffer still takes: a slow
+database slows claiming instead of piling up outcomes. A slot is taken from claim until the
+handler returns (or its completion transaction commits); the completer writes the outcome
+meanwhile.
+
+Claiming ahead (unless the worker's ``claim_ahead`` is off): while the queue's handlers are
+short (mean under ``AHEAD_BELOW``) and it uses no flow control, one claim at a time may
+also take tasks with no free slot yet, within the limits of ``_ahead.py``. Each waits for
+the next slot freed, first claimed first, its lease kept; no more than ``limit`` handlers
+run at once, and the next claim travels while the held tasks run. A task claimed ahead goes
+back after ``AHEAD_WAIT``, once a claim finds the queue under flow control, or at once when
+the worker stops; one whose task is lost meanwhile never starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import time
+
+from cyclone._services.database import Database, Held
+from cyclone._services.loops import Poll, jittered
+from cyclone._services.observe import Observers
+from cyclone._storage import queries as db
+from cyclone._worker.ahead import Pace, most_ahead
+from cyclone._worker.completer import Completer
+from cyclone._worker.executor import Executor
+from cyclone._worker.gate import Gate
+from cyclone._worker.leases import LeaseKeeper
+from cyclone._worker.outcomes import (
+    Claimed,
+    Claiming,
+    Completed,
+    CompletionAborted,
+    HandedBack,
+    Lost,
+    Outcome,
+)
+
+logger = logging.getLogger("cyclone")
+
+# Claims of one queue in flight together: with more free slots than one claim takes
+# (claim_batch), the next claim runs while the last one's attempts start.
+CLAIMS_AT_ONCE = 2
+# A task claimed ahead that waited this many seconds for a slot goes back to its queue (its
+# queue's handlers were not short after all), and the queue claims nothing ahead until they
+# are again.
+AHEAD_WAIT = 1.0
+
+
+class Producer:
+    """Claims from queue ``name`` up to ``limit`` attempts at a time."""
+
+    def __init__(
+        self,
+        database: Database,
+        observers: Observers,
+        name: str,
+        limit: int,
+        claiming: Claiming,
+        *,
+        executor: Executor,
+        completer: Completer,
+        leases: LeaseKeeper,
+    ) -> None:
+        self._database = database
+        self._observers = observers
+        self.name = name
+        self.limit = limit
+        self._claiming = claiming
+        self._executor = executor
+        self._completer = completer
+        self._leases = leases
+        # Its claims' connection, kept between claims (a second claim in flight pools one).
+        self._connection = Held(database)
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._running = 0  # slots taken by attempts
+        self._reserved = 0  # slots held for the claims in flight (and tasks claimed ahead)
+        # Attempts claimed ahead, each waiting for a slot, first claimed first; see _turn.
+        self._waiting: dict[asyncio.Future[None], Claimed] = {}
+        self._pace = Pace()  # of its handlers: how far it may claim ahead
+        self._claims: set[asyncio.Task[None]] = set()  # in flight
+        self._last_claim_full = False
+        self._held_back = False  # the completer's buffer had no room at the last look
+        self._gate = Gate(self._wake)  # which claim to send, when a limit lets it claim
+        # A pass (a wakeup, a poll) that started no claim, unanswered until one starts: with a
+        # claim in flight, that may have begun before the work committed, it claims again
+        # when the claim is back; without room, when a slot frees (not at the next poll).
+        self._owed = False
+        self._claiming_now = False  # run() has begun and not yet ended
+        self._poll = Poll(self._wake)
+        self._context = contextvars.copy_context()  # the claims', set by run()
+
+    def wake(self) -> None:
+        """Claim now (a NOTIFY for this queue, a reconnected listener, a drain): from here, a
+        pass of the event loop sooner, unless a claim is in flight (then the loop decides)."""
+        if self._claiming_now and not (self._stopping or self._claims) and self._start_claims():
+            self._poll.restart()  # the next poll is an interval from now
+            return
+        self._wake.set()
+
+    def room_made(self) -> None:
+        """The completer wrote a batch: claim now if its full buffer held claims back."""
+        if self._held_back:
+            self._wake.set()
+
+    def stop(self) -> None:
+        """Stop claiming (attempts already started go on; those claimed ahead and not
+        started are handed back)."""
+        self._stopping = True
+        self._wake.set()
+        self._hand_back(list(self._waiting), "shutdown")
+
+    def _ahead(self) -> int:
+        """How many tasks claims may take beyond the free slots (module docstring): one claim
+        at a time, a larger claim rather than a second (a claim's own cost is what it saves)."""
+        if not (self._claiming.ahead and self._gate.plain) or self._claims or self._stopping:
+            return 0
+        return self._pace.ahead(self.limit)
+
+    def _room(self) -> tuple[int, int]:
+        """How many tasks the next claim may take, and how many of them would wait for a
+        slot: free slots (and the claim-ahead allowance), bounded by the claim size and by
+        what the completer's buffer still takes."""
+        batch = self._claiming.claim_batch
+        taken = self._running + len(self._waiting) + self._reserved
+        free = max(0, self.limit - taken)
+        room = min(self.limit + self._ahead() - taken, batch)
+        # Every task held, running ones too, will have an outcome to write.
+        buffered = self._completer.room - taken
+        self._held_back = buffered < room
+        room = min(room, buffered)
+        if self._waiting and room < min(self.limit, most_ahead(self.limit), batch):
+            return 0, 0  # the slots have work: claim ahead again in one claim, not one by one
+        return room, max(0, room - free)
+
+    async def run(self) -> None:
+        """Claim until stopped; then wait for the claims in flight."""
+        self._claiming_now = True
+        # Claims run in this context, whoever starts them (wake() runs in an enqueuer's).
+        self._context = contextvars.copy_context()
+        try:
+            await self._claim_until_stopped()
+            await asyncio.gather(*self._claims, return_exceptions=True)
+        finally:
+            self._claiming_now = False
+            self._gate.close()
+            self._connection.release()  # a claim still in flight gives its connection back
+
+    async def _claim_until_stopped(self) -> None:
+        while not self._stopping:
+            # Cleared before claiming: a wakeup that arrives during the claim is kept.
+            self._wake.clear()
+            if not self._start_claims():
+                self._owed = True
+            await self._poll.wait(self._poll_in)
+
+    def _poll_in(self) -> float:
+        return jittered(self._claiming.poll_interval)
+
+    def _start_claims(self) -> bool:
+        """Start a first claim, and more at once only while claims come back full; whether
+        one was started."""
+        loop = asyncio.get_running_loop()
+        started = False
+        while len(self._claims) < CLAIMS_AT_ONCE and (
+            not self._claims or self._last_claim_full or self._gate.again_now()
+        ):
+            room, ahead = self._room()
+            if room <= 0:
+                break
+            self._reserved += room
+            claim, name = self._claim(room, ahead), f"cyclone-claim-{self.name}"
+            task = loop.create_task(claim, name=name, context=self._context.copy())
+            self._claims.add(task)
+            # Ended by _claim_and_start once its rows are in, else (it failed, or was
+            # cancelled, even before its first step) here.
+            task.add_done_callback(functools.partial(self._claim_done, room))
+            started = True
+            self._owed = False
+        return started
+
+    async def _claim(self, limit: int, ahead: int) -> None:
+        """Claim up to ``limit`` tasks (reserved by the caller; ``ahead`` of them beyond the
+        free slots) and start an attempt for each."""
+        try:
+            await self._claim_and_start(limit, ahead)
+        except db.DATABASE_ERRORS as exc:
+            self._last_claim_full = False  # back off to the poll while it is down
+            self._gate.failed()
+            logger.warning(
+                "worker %s: claiming from queue %r failed: %s; trying again at the next poll",
+                self._claiming.worker_id,
+                self.name,
+                exc,
+                extra={"worker": self._claiming.worker_id, "queue": self.name},
+            )
+
+    def _claim_done(self, limit: int, task: asyncio.Task[None]) -> None:
+        if task in self._claims:
+            self._claim_ended(task, limit, again=not task.cancelled())
+
+    def _claim_ended(self, task: asyncio.Task[None], limit: int, *, again: bool = True) -> None:
+        """A claim of ``limit`` is back: claim again at once if more is probably waiting
+        (not after a cancelled one: the worker is being torn down)."""
+        self._reserved -= limit
+        self._claims.discard(task)
+        more = self._last_claim_full or self._gate.again_now() or self._owed
+        if again and more and (self._stopping or not self._start_claims()):
+            self._wake.set()
+
+    async def _claim_and_start(self, limit: int, ahead: int) -> None:
+        started = time.perf_counter()
+        async with self._connection.use() as conn:
+            rows = await self._take(conn, limit, ahead)
+        loop = asyncio.get_running_loop()
+        attempts: list[tuple[Claimed, asyncio.Future[None] | None]] = []
+        turns: list[asyncio.Future[None]] = []
+        worker = self._claiming.worker_id
+        for claimed in [Claimed.from_row(row, queue=self.name, worker=worker) for row in rows]:
+            turn: asyncio.Future[None] | None = None
+            if self._running < self.limit:
+                self._running += 1
+            else:  # claimed ahead: it waits for a slot
+                turn = loop.create_future()
+                self._waiting[turn] = claimed
+                turns.append(turn)
+            attempts.append((claimed, turn))
+        self._observers.claimed(self.name, len(rows), time.perf_counter() - started)
+        self._last_claim_full = len(rows) == limit
+        # The next claim goes out before these attempts start (see freed).
+        claim = asyncio.current_task()
+        assert claim is not None
+        self._claim_ended(claim, limit)
+        for claimed, turn in attempts:
+            task = loop.create_task(self._attempt(claimed, turn), name=f"cyclone-task-{claimed.id}")
+            self._leases.hold(claimed, task)
+        if turns and self._stopping:
+            self._hand_back(turns, "shutdown")
+        elif turns:
+            loop.call_later(AHEAD_WAIT, self._overdue, turns)
+
+    async def _take(self, conn: db.Conn, limit: int, ahead: int) -> db.ClaimedRows:
+        c = self._claiming
+        return await self._gate.take(
+            conn,
+            self._database.queries,
+            self.name,
+            c.kinds,
+            limit,
+            ahead,
+            c.lease,
+            c.worker_id,
+            c.workflows,
+            # The queue uses flow control now: what this worker claimed ahead and has not
+            # started goes back, for the limits to count (a limit counts it as running).
+            limited=lambda: self._hand_back(list(self._waiting), "limited"),
+        )
+
+    async def _attempt(self, claimed: Claimed, turn: asyncio.Future[None] | None) -> None:
+        """One attempt: (claimed ahead: wait for a slot) run it in a slot, hand its outcome
+        to the completer, report it."""
+        if turn is not None and not await self._turn(claimed, turn):
+            return
+        started = time.perf_counter()
+        slot = _Slot(self)
+        try:
+            outcome = await self._executor.run(claimed)
+            self._pace.timed(time.perf_counter() - started)
+            outcome, accepted = await self._write(outcome, slot)
+        except asyncio.CancelledError:  # from outside: nothing written, the lease runs out
+            self._executor.report(Lost(claimed), True, started)
+            raise
+        except Exception as exc:  # supervised: whatever went wrong, the worker goes on
+            logger.error(
+                "%s: writing its outcome failed: %s: %s; the lease will run out and the "
+                "attempt is then reclaimed",
+                claimed,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+                extra=claimed.log_fields(),
+            )
+            self._executor.report(Lost(claimed), True, started)  # as cancelled: not written
+            return
+        finally:
+            slot.free()
+            self._leases.drop(claimed)
+        self._executor.report(outcome, accepted, started)
+
+    async def _write(self, outcome: Outcome, slot: _Slot) -> tuple[Outcome, bool]:
+        """Have the completer write the outcome: the outcome as written, and whether the
+        database accepted it."""
+        if isinstance(outcome, Lost):
+            return outcome, True  # nothing to write: the task is no longer this attempt's
+        if isinstance(outcome, Completed) and outcome.completion is not None:
+            try:
+                return outcome, await self._completer.commit(outcome)  # in the slot
+            except CompletionAborted as exc:  # nothing was written: the attempt failed
+                outcome = self._executor.failure(outcome.claimed, exc)
+        verdict = self._completer.submit(outcome)
+        slot.free()
+        return outcome, await verdict
+
+    async def _turn(self, claimed: Claimed, turn: asyncio.Future[None]) -> bool:
+        """Wait until a slot passes to this attempt claimed ahead; False if it is not to
+        run: it was handed back (written here: a stopping worker, a wait longer than
+        AHEAD_WAIT, or the queue's flow control), or it lost its task."""
+        try:
+            await turn
+            return True
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.freed()  # the slot came as it was cancelled: on to the next one
+            else:
+                self._waiting.pop(turn, None)
+            reason = self._leases.reason(claimed)
+            if reason is None:  # from outside: as a running attempt cancelled so
+                self._leases.drop(claimed)
+                self._executor.report(Lost(claimed), True, time.perf_counter())
+                raise
+        # Handed back (by a stopping worker, after AHEAD_WAIT, once a limit is in use), or lost.
+        outcome: Outcome = Lost(claimed) if reason == "lost" else HandedBack(claimed, started=False)
+        started = time.perf_counter()
+        self._leases.finishing(claimed)  # the heartbeat must not cancel the hand-back
+        try:
+            _, accepted = await self._write(outcome, _Slot(None))
+        except Exception as exc:  # as _attempt's: the lease runs out, it is reclaimed
+            logger.error(
+                "%s, claimed ahead: handing it back failed: %s: %s; the lease will run out",
+                claimed,
+                type(exc).__name__,
+                exc,
+                extra=claimed.log_fields(),
+            )
+            outcome, accepted = Lost(claimed), True
+        finally:
+            self._leases.drop(claimed)
+        self._executor.report(outcome, accepted, started)
+        return False
+
+    def _overdue(self, turns: list[asyncio.Future[None]]) -> None:
+        """Hand back those of a claim's tasks claimed ahead that still wait for a slot after
+        AHEAD_WAIT: the handlers in the slots took at least that long."""
+        late = [t for t in turns if t in self._waiting]
+        if late:
+            self._pace.timed(AHEAD_WAIT)
+            self._hand_back(late, "overdue")
+
+    def _hand_back(self, turns: list[asyncio.Future[None]], reason: str) -> None:
+        """Hand back these attempts claimed ahead that still wait for a slot. Their turn is
+        cancelled, not their task: a task created in this pass of the event loop has not
+        started, and one cancelled before it starts never runs its body (nor ``_turn``)."""
+        for turn in turns:
+            claimed = self._waiting.get(turn)
+            if claimed is not None and not turn.done() and self._leases.mark(claimed, reason):
+                turn.cancel()
+
+    def freed(self) -> None:
+        """One of this queue's attempts ended: its slot is free (via its :class:`_Slot`),
+        and passes to the first attempt claimed ahead, if one waits."""
+        while self._waiting:
+            turn = next(iter(self._waiting))
+            del self._waiting[turn]
+            if not turn.done():
+                turn.set_result(None)
+                break
+        else:
+            self._running -= 1
+        # Handlers that do not wait pass the slots on within this pass of the event loop:
+        # while tasks claimed ahead wait, claim now (once _room allows), not in the producer's
+        # own pass, which comes after them all, the slots then idle (a claim in flight is the
+        # one claim ahead). More waits after a full claim, a limit or a pass still owed.
+        ahead = bool(self._waiting) and not self._claims and not self._stopping
+        wanted = self._last_claim_full or self._gate.held or self._owed or self._stopping
+        if wanted and not (ahead and self._start_claims()):
+            self._wake.set()
+
+
+class _Slot:
+    """One of the queue's slots, taken by an attempt until freed (once)."""
+
+    __slots__ = ("_producer",)
+
+    def __init__(self, producer: Producer | None) -> None:
+        self._producer: Producer | None = producer
+
+    def free(self) -> None:
+        if self._producer is not None:
+            self._producer.freed()
+            self._producer = None

@@ -1,0 +1,410 @@
+"""The worker: wires the pipeline that claims tasks, runs handlers and writes outcomes, and
+runs its lifecycle (start, stop, run, hurry, idle, drain).
+
+::
+
+    NOTIFY / poll / freed slot ─> Producer (one per queue: _producer.py) claims tasks
+                                    └─> Executor (_executor.py) runs each attempt
+                                          └─> an outcome value (_attempt.py)
+                                                └─> Completer (_completer.py) writes it
+    LeaseKeeper (_leases.py): heartbeat, presence, cancels handlers whose task is gone
+    maintenance (_maintenance.py): reclaims expired leases, fails what is overdue
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import random
+import socket
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from cyclone._model.errors import InvalidInputError, InvalidStateError, LifecycleError
+from cyclone._model.options import seconds, validate_int, validate_queue
+from cyclone._model.steps import Step
+from cyclone._services.loops import every
+from cyclone._services.resource import AsyncResource
+from cyclone._storage import queries as db
+from cyclone._worker import maintenance
+from cyclone._worker.ahead import most_ahead
+from cyclone._worker.completer import Completer
+from cyclone._worker.executor import Executor
+from cyclone._worker.leases import LeaseKeeper
+from cyclone._worker.outcomes import Claiming
+from cyclone._worker.producer import Producer
+from cyclone._worker.scheduler import Scheduler
+from cyclone._worker.served import check_served
+
+if TYPE_CHECKING:
+    from cyclone._client import Client
+    from cyclone._model.schedules import Schedule
+    from cyclone._model.workflows import Workflow
+
+logger = logging.getLogger("cyclone")
+
+DEFAULT_CONCURRENCY = 10
+# A worker's presence row counts as live for this many heartbeats after its last write.
+PRESENCE_BEATS = 3
+# Outcomes that may wait unwritten, per slot of every queue (and per task a queue may claim
+# ahead), before claims hold back.
+UNWRITTEN_PER_SLOT = 2
+
+
+def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0) -> float:
+    """Seconds before retrying after failed attempt ``attempt``: doubling, capped, jittered."""
+    delay: float = min(cap, base * 2 ** (attempt - 1))
+    return delay * random.uniform(0.5, 1.0)
+
+
+class Worker(AsyncResource):
+    """Runs the handlers of ``steps`` and of every step in ``workflows``.
+
+    ``queues`` maps queue names to concurrency limits (default: each step's queue, 10).
+    ``poll_interval`` bounds how long claimable work can wait when a notification is lost.
+    ``lease`` is how long a claimed task stays this worker's without a heartbeat;
+    ``heartbeat`` defaults to a third of it. ``shutdown_timeout`` is how long a graceful stop
+    lets running handlers finish before cancelling them. ``start()`` waits (logged once) until
+    the database answers, then checks the schema: :class:`SchemaNotMigratedError` if it lacks
+    migrations, unless ``wait_for_schema`` is true, which waits (logged once) until they are
+    applied; :class:`SchemaVersionError` always; :class:`UnsupportedPoolerError` behind
+    PgBouncer in transaction mode with a setting that cannot work through it.
+    ``schedules`` (from :func:`cyclone.schedule`) are declared at start and fired by this
+    worker's timer, with the dynamic schedules of what it serves (docs/schedules.md).
+    ``claim_ahead`` lets a queue whose handlers are short claim tasks beyond its free slots,
+    each waiting in this process for a slot (docs/worker.md, "Claiming ahead"); turn it off
+    to claim only for free slots: several processes then share a queue's backlog more
+    evenly, and a task of higher priority enqueued later never waits behind tasks held here.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        steps: Sequence[Step[Any, Any]] = (),
+        workflows: Sequence[Workflow[Any]] = (),
+        queues: Mapping[str, int] | None = None,
+        poll_interval: float = 1.0,
+        lease: float = 30.0,
+        heartbeat: float | None = None,
+        shutdown_timeout: float = 10.0,
+        maintenance_interval: float | None = None,
+        claim_batch: int = 100,
+        claim_ahead: bool = True,
+        backoff: Callable[[int], float] = exponential_backoff,
+        worker_id: str | None = None,
+        wait_for_schema: bool = False,
+        schedules: Sequence[Schedule[Any]] = (),
+    ) -> None:
+        self.client = client
+        services = self._services = client.services
+        self.wait_for_schema = bool(wait_for_schema)
+        self._steps: dict[str, Step[Any, Any]] = {}
+        self._workflows: dict[str, Workflow[Any]] = {}
+        for s in steps:
+            self._add_step(s)
+        given = dict(self._steps)  # the steps= themselves, apart from the workflows' steps
+        for wf in workflows:
+            if wf.name in self._workflows and self._workflows[wf.name] is not wf:
+                raise InvalidInputError(f"two workflows named {wf.name!r}")
+            self._workflows[wf.name] = wf
+            for s in wf.steps():
+                self._add_step(s)
+        if not self._steps:
+            raise InvalidInputError("a worker needs at least one step or workflow")
+        if queues is None:
+            queues = {s.queue: DEFAULT_CONCURRENCY for s in self._steps.values()}
+        self._queues = {  # queue name to its limit
+            validate_queue(name): validate_int(n, what=f"{name!r} limit", low=1)
+            for name, n in queues.items()
+        }
+        check_served(given, self._queues, self._workflows)
+        self.poll_interval = seconds(poll_interval, what="poll_interval")
+        self.lease = seconds(lease, what="lease")
+        if not 0 < self.lease < math.inf:  # 0: every claim lost at once, its heartbeat spinning
+            raise InvalidInputError(f"lease must be a number of seconds above 0, not {lease!r}")
+        self.heartbeat = seconds(heartbeat, what="heartbeat") if heartbeat else self.lease / 3
+        self.shutdown_timeout = seconds(shutdown_timeout, what="shutdown_timeout")
+        self.maintenance_interval = (
+            seconds(maintenance_interval, what="maintenance_interval")
+            if maintenance_interval is not None
+            else max(self.poll_interval, min(self.lease / 2, 5.0))
+        )
+        self.claim_batch = validate_int(claim_batch, what="claim_batch", low=1, high=db.CLAIM_MAX)
+        if not isinstance(claim_ahead, bool):
+            raise InvalidInputError(f"claim_ahead must be True or False, not {claim_ahead!r}")
+        self.claim_ahead = claim_ahead
+        self.backoff = backoff
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._kinds = sorted(self._steps)
+        self._workflow_names = sorted(self._workflows)
+        self._leases = LeaseKeeper(
+            services.database,
+            worker_id=self.id,
+            lease=self.lease,
+            interval=self.heartbeat,
+            present=self._present,
+        )
+        self._completer = Completer(
+            services.database,
+            services.publisher,
+            bound=sum(
+                UNWRITTEN_PER_SLOT * (n + (most_ahead(n) if claim_ahead else 0))
+                for n in self._queues.values()
+            ),
+            on_written=self._room_made,
+        )
+        executor = Executor(
+            client,
+            self._steps,
+            self._workflows,
+            database=services.database,
+            backoff=backoff,
+            leases=self._leases,
+        )
+        claiming = Claiming(
+            self.id,
+            self._kinds,
+            self._workflow_names,
+            self.lease,
+            self.claim_batch,
+            self.poll_interval,
+            claim_ahead,
+        )
+        self._producers = {
+            name: Producer(
+                services.database,
+                services.observers,
+                name,
+                limit,
+                claiming,
+                executor=executor,
+                completer=self._completer,
+                leases=self._leases,
+            )
+            for name, limit in self._queues.items()
+        }
+        self._tasks: list[asyncio.Task[None]] = []  # the producers'
+        self._housekeeping: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._started = False
+        self._unsubscribe: Callable[[], None] | None = None
+        # Schedules (cyclone/_worker/scheduler.py): declared ones, dynamic ones of what this serves,
+        # and the timer that also fires run deadlines and wait timeouts on time.
+        self._scheduler = Scheduler(
+            client, schedules, kinds=self._steps, workflows=self._workflows, worker_id=self.id
+        )
+
+    def _add_step(self, s: Step[Any, Any]) -> None:
+        if not isinstance(s, Step):
+            raise InvalidInputError(f"{s!r} is not a step with a handler")
+        existing = self._steps.get(s.name)
+        if existing is not None and existing is not s:
+            raise InvalidInputError(f"two different steps are named {s.name!r}")
+        self._steps[s.name] = s
+
+    def __repr__(self) -> str:
+        return f"<cyclone.Worker {self.id} queues={sorted(self._queues)}>"
+
+    # Lifecycle
+
+    async def start(self) -> None:
+        """Start claiming in the running event loop."""
+        if self._started:
+            raise LifecycleError("this worker was started already")
+        database = self._services.database
+        await database.wait_until_ready(wait_for_schema=self.wait_for_schema)
+        async with database.acquire() as conn:  # visible in stats once start() returns
+            await self._present(conn)
+        await self._scheduler.start()  # schedules: declare, then arm the timer
+        self._started = True
+        loop = asyncio.get_running_loop()
+        self._completer.start()
+        notifier = self._services.notifier
+        if notifier is not None:
+            self._unsubscribe = notifier.subscribe_queues(self._on_wakeup)
+            notifier.acquire()
+        self._tasks = [
+            loop.create_task(p.run(), name=f"cyclone-{name}") for name, p in self._producers.items()
+        ]
+        self._housekeeping = [
+            loop.create_task(self._leases.run(), name="cyclone-heartbeat"),
+            loop.create_task(self._maintain(), name="cyclone-maintenance"),
+        ]
+        logger.info(
+            "worker %s started: queues %s; kinds %s; workflows %s",
+            self.id,
+            ", ".join(f"{name}={limit}" for name, limit in self._queues.items()),
+            ", ".join(self._kinds),
+            ", ".join(self._workflow_names) or "none",
+            extra={"worker": self.id, "queues": sorted(self._queues)},
+        )
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running handlers finish (up to ``timeout``), then cancel them."""
+        if not self._started or self._stopping.is_set():
+            return
+        self._stopping.set()
+        for producer in self._producers.values():
+            producer.stop()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        deadline = self.shutdown_timeout if timeout is None else timeout
+        attempts = self._leases.tasks()
+        extra = {"worker": self.id, "running": len(attempts), "shutdown_timeout": deadline}
+        handlers = f"{len(attempts)} handler{'s' * (len(attempts) != 1)}"
+        logger.info(
+            "worker %s stopping: %s",
+            self.id,
+            f"{handlers} running; waiting up to {deadline:g} s for them to finish, then "
+            "cancelling the rest"
+            if attempts
+            else "no handlers running",
+            extra=extra,
+        )
+        if attempts:
+            # Until every attempt is done, the deadline passes, or hurry() is called.
+            began = asyncio.get_running_loop().time()
+            finished: asyncio.Future[Any] = asyncio.gather(*attempts, return_exceptions=True)
+            hurried: asyncio.Future[Any] = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait(
+                [finished, hurried], timeout=deadline, return_when=asyncio.FIRST_COMPLETED
+            )
+            hurried.cancel()
+            left = sum(not a.done() for a in attempts)
+            if left:
+                when = "when told to stop now" if self._hurry.is_set() else f"after {deadline:g} s"
+                logger.warning(
+                    "worker %s: %d of %s still running %s; cancelling them, their tasks are "
+                    "given back for any worker to claim",
+                    self.id,
+                    left,
+                    handlers,
+                    when,
+                    extra=extra,
+                )
+            else:
+                waited = asyncio.get_running_loop().time() - began
+                logger.info(
+                    "worker %s: %s finished in %.1f s", self.id, handlers, waited, extra=extra
+                )
+            self.hurry()  # cancels the handlers still running; they give their tasks back
+            # Outcomes the database does not take in that time are given up on (their
+            # leases run out): a stop must end.
+            self._completer.give_up_after(deadline)
+            await finished
+        await self._scheduler.stop()  # schedules
+        for task in self._housekeeping:
+            task.cancel()
+        await asyncio.gather(*self._housekeeping, return_exceptions=True)
+        await self._completer.stop()
+        await self._services.publisher.settle(deadline)  # its last run ends, their connection
+        if self._unsubscribe is not None and self._services.notifier is not None:
+            self._unsubscribe()
+            await self._services.notifier.release()
+        await self._leave()
+        logger.info("worker %s stopped", self.id, extra={"worker": self.id})
+
+    async def run(self) -> None:
+        """Run until cancelled, then shut down gracefully."""
+        await self.start()
+        try:
+            await self._stopping.wait()
+        finally:
+            await asyncio.shield(self.stop())
+
+    def hurry(self) -> None:
+        """Cancel the running handlers now, giving their tasks back (a second Ctrl-C)."""
+        self._hurry.set()
+        self._leases.hurry()
+
+    async def idle(self) -> None:
+        """Wait until no handler of this worker is running and every outcome is written (it
+        may claim more afterwards)."""
+        await self._leases.idle.wait()
+
+    async def drain(self) -> None:
+        """Wait until none of this worker's kinds has work claimable now or running.
+
+        Work scheduled for later (``process_in``, retry backoff) is not waited for.
+        """
+        while True:
+            await self._leases.idle.wait()
+            async with self._services.database.acquire() as conn:
+                if not await db.task_pending_work(
+                    conn, self.client.queries, self._kinds, self._workflow_names
+                ):
+                    return
+            for producer in self._producers.values():
+                producer.wake()
+            await asyncio.sleep(min(self.poll_interval, 0.05))  # let the producers claim it
+
+    async def _begin(self) -> None:
+        await self.start()
+
+    async def _end(self, failed: bool) -> None:
+        # Shielded: a cancelled ``async with`` still stops everything it started (a second
+        # stop() returns at once, so nothing else would).
+        await asyncio.shield(self.stop())
+
+    def _on_wakeup(self, queue: str) -> None:
+        if not queue:  # the listener reconnected: every queue polls now
+            for producer in self._producers.values():
+                producer.wake()
+        elif queue in self._producers:
+            self._producers[queue].wake()
+
+    def _room_made(self) -> None:
+        for producer in self._producers.values():
+            producer.room_made()
+
+    # Presence
+
+    async def _present(self, conn: db.Conn) -> None:
+        """Record this worker as live for a few more heartbeats, with what it claims."""
+        await db.worker_present(
+            conn,
+            self.client.queries,
+            self.id,
+            socket.gethostname(),
+            os.getpid(),
+            sorted(self._queues),
+            self._kinds,
+            self._workflow_names,
+            self.heartbeat * PRESENCE_BEATS,
+        )
+
+    async def _leave(self) -> None:
+        """Remove this worker's presence row (it would expire by itself anyway)."""
+        try:
+            async with self._services.database.acquire() as conn:
+                await db.worker_leave(conn, self.client.queries, self.id)
+        except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
+            logger.warning(
+                "worker %s: removing its presence row failed: %s; it expires in %.3g s",
+                self.id,
+                exc,
+                self.heartbeat * PRESENCE_BEATS,
+                extra={"worker": self.id},
+            )
+
+    # Maintenance
+
+    async def _maintain(self) -> None:
+        await every(
+            self.maintenance_interval,
+            self.maintain_once,
+            jitter=True,
+            what="maintenance pass",
+            worker_id=self.id,
+        )
+
+    async def maintain_once(self, limit: int = 100) -> None:
+        """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, and
+        (with a client ``retention``) delete terminal runs old enough."""
+        await maintenance.run_once(
+            self._services, self.client.retention, worker_id=self.id, limit=limit
+        )
