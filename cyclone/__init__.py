@@ -79,8 +79,8 @@ from cyclone._model.workflows import Node, ResultWorkflow, Workflow, define, def
 from cyclone._services.observe import Observer
 from cyclone._services.queues import KindLimits, QueueLimits, Queues, QueueSettings
 from cyclone._services.runs import Retention
+from cyclone._services.schedules import ScheduleInfo, Schedules
 from cyclone._worker.context import Context, Snooze
-from cyclone._worker.scheduler import ScheduleInfo, Schedules
 from cyclone._worker.worker import Worker, exponential_backoff
 
 In = TypeVar("In")

@@ -43,9 +43,9 @@ from cyclone._services.publisher import Publisher
 from cyclone._services.queues import Queues, flow_fields
 from cyclone._services.resource import AsyncResource
 from cyclone._services.runs import PURGE_BATCH, Retention, Runs, search_args
+from cyclone._services.schedules import Schedules
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
-from cyclone._worker.scheduler import Schedules
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -183,7 +183,7 @@ class Client(AsyncResource):
     def schedules(self) -> Schedules:
         """The schedules stored in this schema: list, pause, resume, trigger now, and create,
         update or delete dynamic ones (docs/schedules.md)."""
-        return Schedules(self)
+        return Schedules(self.services.database, self.services.publisher)
 
     # Wakeups
 

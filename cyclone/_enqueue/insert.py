@@ -29,16 +29,16 @@ import asyncpg
 
 from cyclone._enqueue.targets import (
     DatabaseTarget,
+    InsertSettings,
     JobPlan,
-    Producer,
     Target,
     asyncpg_caller,
-    uuid7_many,
 )
 from cyclone._enqueue.wakeups import TrackedConnection
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT, encode_array
 from cyclone._model.errors import InvalidInputError
 from cyclone._model.handles import ResultRun
+from cyclone._model.ids import uuid7_many
 from cyclone._model.options import EnqueueOptions, Options, parse
 from cyclone._services.database import Database
 from cyclone._services.publisher import Publisher
@@ -66,8 +66,8 @@ def check_options(options: Mapping[str, Any], allowed: frozenset[str], *, call: 
 class OwnStatement(DatabaseTarget):
     """``tx is None`` on the asyncio client: a pooled connection, committed here."""
 
-    def __init__(self, producer: Producer, database: Database, publisher: Publisher) -> None:
-        super().__init__(producer)
+    def __init__(self, settings: InsertSettings, database: Database, publisher: Publisher) -> None:
+        super().__init__(settings)
         self.database = database
         self.publisher = publisher
 
@@ -118,13 +118,16 @@ def target_for(client: Client | None, tx: object) -> Target:
     )
 
 
-def payload_limit(client: Producer | None) -> int:
+def payload_limit(client: InsertSettings | None) -> int:
     """The client's input limit; a recorder in a unit test may come without a client."""
     return DEFAULT_PAYLOAD_LIMIT if client is None else client.payload_limit
 
 
 def plan_jobs(
-    client: Producer | None, kind: Kind[Any, Any], inputs: Sequence[Any], options: Mapping[str, Any]
+    client: InsertSettings | None,
+    kind: Kind[Any, Any],
+    inputs: Sequence[Any],
+    options: Mapping[str, Any],
 ) -> JobPlan:
     """Check options and inputs; the plan of what to insert (nothing is written yet)."""
     opts = check_options(options, ENQUEUE_OPTIONS, call="enqueue")

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
-from asyncpg.pgproto.pgproto import UUID as PgUUID
 
 from cyclone._model import codec
 from cyclone._model.errors import (
@@ -28,6 +25,7 @@ from cyclone._model.errors import (
     NotInTransactionError,
     SubmitConflictError,
 )
+from cyclone._model.ids import uuid7
 from cyclone._model.options import Options
 from cyclone._services.observe import Observers
 from cyclone._storage import queries as db
@@ -48,29 +46,7 @@ NOT_IN_TRANSACTION = (
 )
 
 
-def uuid7_many(n: int) -> list[uuid.UUID]:
-    """``n`` time-ordered UUIDs (version 7), ascending in the order asked for.
-
-    Runs list newest-first by id, and inserts stay at the right edge of the primary key. One
-    clock read and one random draw per batch (RFC 9562, "monotonic random"): the first id takes
-    73 random bits under the millisecond, the others count up from it, so two batches of the
-    same millisecond would have to draw overlapping ranges out of 2**73 to collide. They are
-    asyncpg's own UUID type (a :class:`uuid.UUID`), which it builds and sends in C.
-    """
-    millis = (time.time_ns() // 1_000_000) & ((1 << 48) - 1)
-    rand = int.from_bytes(os.urandom(10), "big")
-    # 12 random bits in rand_a; 61 in rand_b, whose top bit stays clear so counting never
-    # reaches the variant bits.
-    first = millis << 80 | 0x7 << 76 | (rand >> 68) << 64 | 0b10 << 62 | (rand & ((1 << 61) - 1))
-    return [PgUUID((first + i).to_bytes(16, "big")) for i in range(n)]
-
-
-def uuid7() -> uuid.UUID:
-    """One time-ordered UUID; see :func:`uuid7_many`."""
-    return uuid7_many(1)[0]
-
-
-class Producer(Protocol):
+class InsertSettings(Protocol):
     """What the insert path needs of a client (``cyclone.Client`` or ``cyclone.sync.Client``)."""
 
     @property
@@ -117,8 +93,8 @@ class DatabaseTarget:
     # The errors a driver raises for a NOTIFY that cannot be queued (SQLSTATE 54000).
     notify_full: tuple[type[BaseException], ...] = (asyncpg.ProgramLimitExceededError,)
 
-    def __init__(self, producer: Producer) -> None:
-        self.producer = producer
+    def __init__(self, settings: InsertSettings) -> None:
+        self.settings = settings
 
     def connection(self, *, transaction: bool) -> contextlib.AbstractAsyncContextManager[Any]:
         """The connection to write on; ``transaction``: the write needs one of its own (a
@@ -134,11 +110,11 @@ class DatabaseTarget:
 
     async def write_jobs(self, plan: JobPlan) -> None:
         """Insert the jobs of ``plan``, taking the sequence lock first if it has one."""
-        kind, opts, observers = plan.kind, plan.options, self.producer.observers
+        kind, opts, observers = plan.kind, plan.options, self.settings.observers
         span: dict[str, str | int] = {"cyclone.kind": kind.name, "cyclone.queue": plan.queue}
         span["cyclone.count"] = len(plan.ids)
         with observers.enqueue_span(f"enqueue {kind.name}", span):
-            trace = trace_text(self.producer)  # the enqueue span's: a handler's parent
+            trace = trace_text(self.settings)  # the enqueue span's: a handler's parent
             async with self.connection(transaction=opts.sequence is not None) as conn:
                 carried = await self._insert_jobs(conn, plan, trace)
             if opts.claimable_now() and not carried:
@@ -147,7 +123,7 @@ class DatabaseTarget:
 
     async def _insert_jobs(self, conn: db.Conn, plan: JobPlan, trace: str | None) -> bool:
         """Insert; return whether the statement carried its own wakeup."""
-        q, opts, kind = self.producer.queries, plan.options, plan.kind
+        q, opts, kind = self.settings.queries, plan.options, plan.kind
         if opts.sequence is not None:
             await db.sequence_lock(conn, q, kind.name, opts.sequence)
         inline = opts.sequence is None and opts.claimable_now()
@@ -197,17 +173,17 @@ class DatabaseTarget:
     async def write_run(self, plan: SubmitPlan) -> tuple[uuid.UUID, bool]:
         """Insert the run, its steps and edges in one statement; with a key already taken,
         compare inputs (same: the existing run; different: :class:`SubmitConflictError`)."""
-        observers = self.producer.observers
+        observers = self.settings.observers
         span = {"cyclone.workflow": plan.name, "cyclone.nodes": plan.node_count}
         with observers.enqueue_span(f"submit {plan.name}", span):
-            run_id, created = await self._insert_run(plan, trace_text(self.producer))
+            run_id, created = await self._insert_run(plan, trace_text(self.settings))
         if created:
             for queue in plan.queues:
                 observers.enqueued(plan.name, queue, 1)
         return run_id, created
 
     async def _insert_run(self, plan: SubmitPlan, trace: str | None) -> tuple[uuid.UUID, bool]:
-        q = self.producer.queries
+        q = self.settings.queries
         async with self.connection(transaction=False) as conn:
             for _ in range(_KEY_TRIES):
                 run_id = uuid7()
@@ -238,13 +214,13 @@ class CallerTransaction(DatabaseTarget):
 
     def __init__(
         self,
-        producer: Producer,
+        settings: InsertSettings,
         open: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
         record: Callable[[str], None] | None,
         *,
         notify_full: tuple[type[BaseException], ...] = DatabaseTarget.notify_full,
     ) -> None:
-        super().__init__(producer)
+        super().__init__(settings)
         self._open = open
         self._record = record
         self.notify_full = notify_full
@@ -259,7 +235,7 @@ class CallerTransaction(DatabaseTarget):
 
 
 def asyncpg_caller(
-    producer: Producer, conn: db.Conn, record: Callable[[str], None] | None
+    settings: InsertSettings, conn: db.Conn, record: Callable[[str], None] | None
 ) -> CallerTransaction:
     """The caller's transaction on a raw asyncpg connection."""
 
@@ -269,10 +245,10 @@ def asyncpg_caller(
             raise NotInTransactionError(NOT_IN_TRANSACTION)
         yield conn
 
-    return CallerTransaction(producer, open, record)
+    return CallerTransaction(settings, open, record)
 
 
-def trace_text(client: Producer | None) -> str | None:
+def trace_text(client: InsertSettings | None) -> str | None:
     """The current trace context as JSON text, to store with runs written now."""
     carrier = None if client is None else client.observers.trace_context()
     return None if carrier is None else codec.encode_plain(carrier)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
 from cyclone._enqueue.insert import check_options, payload_limit, target_for
-from cyclone._enqueue.targets import Producer
+from cyclone._enqueue.targets import InsertSettings
 from cyclone._enqueue.wakeups import Tx
 from cyclone._model import codec
 from cyclone._model.errors import InvalidInputError, UnknownNodeError
@@ -254,7 +254,11 @@ class Workflow(Generic[In]):
         return None
 
     def plan(
-        self, producer: Producer | None, key: str | None, input: In, options: Mapping[str, Any]
+        self,
+        settings: InsertSettings | None,
+        key: str | None,
+        input: In,
+        options: Mapping[str, Any],
     ) -> SubmitPlan:
         """Check a submit and return what it writes (nothing is written here)."""
         opts = check_options(options, SUBMIT_OPTIONS, call="submit")
@@ -265,7 +269,7 @@ class Workflow(Generic[In]):
             input,
             self.input_type,
             what=f"input of workflow {self.name!r}",
-            limit=payload_limit(producer),
+            limit=payload_limit(settings),
         )
         nodes = list(self._nodes.values())
         return SubmitPlan(

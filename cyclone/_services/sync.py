@@ -19,7 +19,7 @@ import psycopg
 import psycopg_pool
 
 from cyclone._enqueue.drivers import connect, run_sync
-from cyclone._enqueue.targets import CallerTransaction, DatabaseTarget, Producer
+from cyclone._enqueue.targets import CallerTransaction, DatabaseTarget, InsertSettings
 from cyclone._enqueue.wakeups import SyncTrackedConnection
 from cyclone._model.errors import InvalidInputError, NotInTransactionError, RunNotFoundError
 from cyclone._model.handles import RunInfo, RunState
@@ -170,8 +170,8 @@ class SyncOwnStatement(DatabaseTarget):
 
     notify_full = NOTIFY_FULL
 
-    def __init__(self, producer: Producer, database: SyncDatabase) -> None:
-        super().__init__(producer)
+    def __init__(self, settings: InsertSettings, database: SyncDatabase) -> None:
+        super().__init__(settings)
         self.database = database
         self._autocommit = False
 
@@ -195,7 +195,7 @@ class SyncOwnStatement(DatabaseTarget):
 
 
 def caller_target(
-    producer: Producer, publish: Callable[[Iterable[str]], None], tx: Any
+    settings: InsertSettings, publish: Callable[[Iterable[str]], None], tx: Any
 ) -> CallerTransaction:
     """The caller's transaction ``tx``, whatever holds it."""
     if isinstance(tx, SyncTrackedConnection | psycopg.Connection):
@@ -208,30 +208,30 @@ def caller_target(
                 raise NotInTransactionError(NOT_IN_TRANSACTION_PSYCOPG)
             return raw
 
-        return _caller(producer, conn, record)
+        return _caller(settings, conn, record)
     wrapper = django_wrapper(tx)
     if wrapper is not None:
         from cyclone.integrations.django import caller_parts
 
-        return _caller(producer, *caller_parts(wrapper, publish))
+        return _caller(settings, *caller_parts(wrapper, publish))
     if _is_sqlalchemy(tx):
         from cyclone.integrations.sqlalchemy import sync_parts
 
         parts = sync_parts(tx, publish)
         if parts is not None:
-            return _caller(producer, *parts)
+            return _caller(settings, *parts)
     raise InvalidInputError(
         "tx must be a psycopg connection in a transaction, a SQLAlchemy Session/Connection on "
         f"psycopg, or Django's connection inside atomic(); got {type(tx).__name__}"
     )
 
 
-def _caller(producer: Producer, get: Any, record: Any) -> CallerTransaction:
+def _caller(settings: InsertSettings, get: Any, record: Any) -> CallerTransaction:
     @contextlib.asynccontextmanager
     async def open() -> AsyncIterator[db.Conn]:
         yield connect(get())
 
-    return CallerTransaction(producer, open, record, notify_full=NOTIFY_FULL)
+    return CallerTransaction(settings, open, record, notify_full=NOTIFY_FULL)
 
 
 def _is_sqlalchemy(obj: object) -> bool:

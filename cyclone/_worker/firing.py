@@ -20,8 +20,9 @@ from cyclone._enqueue.insert import plan_jobs
 from cyclone._enqueue.wakeups import track_wakeups
 from cyclone._model import codec
 from cyclone._model.errors import SubmitConflictError
-from cyclone._model.schedules import Schedule, Timing, plan, slot_key, trigger_key
+from cyclone._model.schedules import Schedule, plan, slot_key, trigger_key
 from cyclone._model.steps import Kind
+from cyclone._services.schedules import stored_timing
 from cyclone._storage import queries as db
 
 if TYPE_CHECKING:
@@ -177,11 +178,6 @@ class Firing:
             ttx.record(kind.queue)
             self.client.observers.enqueued(kind.name, kind.queue, len(inserted))
         return {r["key"]: r["id"] for r in inserted}
-
-
-def stored_timing(row: db.Record) -> Timing:
-    """The timing of a stored schedule row."""
-    return Timing(row["cron"], row["every"], row["tz"], row["start_at"])
 
 
 def _input(

@@ -29,7 +29,7 @@ from sqlalchemy import Connection, event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
-from cyclone._enqueue.targets import CallerTransaction, Producer
+from cyclone._enqueue.targets import CallerTransaction, InsertSettings
 from cyclone._model.errors import InvalidInputError, NotInTransactionError
 from cyclone._services.notifier import queue_payload
 
@@ -177,7 +177,9 @@ async def _asyncpg_of(conn: AsyncConnection) -> asyncpg.Connection:
     return raw
 
 
-def async_target(producer: Producer, publish: Publish, tx: object) -> CallerTransaction | None:
+def async_target(
+    settings: InsertSettings, publish: Publish, tx: object
+) -> CallerTransaction | None:
     """The caller's transaction of an ``AsyncSession`` or ``AsyncConnection``; None for
     anything else."""
     if isinstance(tx, AsyncSession):
@@ -191,7 +193,7 @@ def async_target(producer: Producer, publish: Publish, tx: object) -> CallerTran
                 raise NotInTransactionError(NOT_IN_TRANSACTION_SA)
             yield await _asyncpg_of(await session.connection())
 
-        return CallerTransaction(producer, open_session, lambda q: tracker.record(q, publish))
+        return CallerTransaction(settings, open_session, lambda q: tracker.record(q, publish))
     if isinstance(tx, AsyncConnection):
         conn = tx
         _require_driver(conn.dialect, "asyncpg", "connection", _ASYNC_FIX)
@@ -202,7 +204,7 @@ def async_target(producer: Producer, publish: Publish, tx: object) -> CallerTran
                 raise NotInTransactionError(NOT_IN_TRANSACTION_SA)
             yield await _asyncpg_of(conn)
 
-        return CallerTransaction(producer, open_connection, None)
+        return CallerTransaction(settings, open_connection, None)
     return None
 
 

@@ -10,7 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cyclone._enqueue.targets import JobPlan, Target, uuid7
+from cyclone._enqueue.targets import JobPlan, Target
+from cyclone._model.ids import uuid7
 from cyclone._model.options import Options
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ def django_post(env: CycloneEnv) -> Iterator[Post]:
     from django.db import connections
     from django.test import Client
 
-    from tests.integrations.sync_styles import configure_django
+    from tests.frameworks.sync_styles import configure_django
 
     configure_django(env.dsn)
     call_command("migrate", "shop", verbosity=0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from cyclone._enqueue.targets import uuid7, uuid7_many
+from cyclone._model.ids import uuid7, uuid7_many
 
 
 def test_ids_are_version_7_with_the_current_time() -> None:

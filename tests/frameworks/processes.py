@@ -1,8 +1,8 @@
 """The two processes of the sync-producer test.
 
-``python -m tests.integrations.processes produce DSN N``: enqueues N jobs with the synchronous
+``python -m tests.frameworks.processes produce DSN N``: enqueues N jobs with the synchronous
 client, half one at a time (each its own statement) and half in psycopg transactions of ten,
-from four threads sharing one pool. ``python -m tests.integrations.processes work DSN``: an
+from four threads sharing one pool. ``python -m tests.frameworks.processes work DSN``: an
 asyncio worker whose step records each job's number in ``done`` (in its completion
 transaction) until stopped.
 """

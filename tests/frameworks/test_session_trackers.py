@@ -20,7 +20,7 @@ import cyclone
 import cyclone.sync
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import ROOT, DocBlock, Listener, doc_blocks, fast_worker
-from tests.integrations.conftest import Order, SyncListener, audit, ship
+from tests.frameworks.conftest import Order, SyncListener, audit, ship
 
 
 class Receipt(msgspec.Struct):

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engin
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Listener, waiting_on_a_lock
-from tests.integrations.conftest import ORDERS, Order, audit, checkout, ship
+from tests.frameworks.conftest import ORDERS, Order, audit, checkout, ship
 
 
 @pytest_asyncio.fixture

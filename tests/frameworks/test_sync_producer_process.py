@@ -15,7 +15,7 @@ async def test_a_sync_producer_and_an_async_worker_complete_every_job(
     cyclone_env: CycloneEnv,
 ) -> None:
     await cyclone_env.pool.execute("CREATE TABLE public.done (n int PRIMARY KEY)")
-    module = "tests.integrations.processes"
+    module = "tests.frameworks.processes"
     worker = await asyncio.create_subprocess_exec(
         sys.executable, "-m", module, "work", cyclone_env.dsn, cwd=ROOT
     )
@@ -43,7 +43,7 @@ def test_an_asyncio_client_in_a_second_event_loop_gets_a_clear_error(
     import pytest
 
     import cyclone
-    from tests.integrations.conftest import Order, ship
+    from tests.frameworks.conftest import Order, ship
 
     async def make() -> tuple[asyncpg.Pool, cyclone.Client]:
         pool = await asyncpg.create_pool(cyclone_env.dsn, min_size=1, max_size=2)

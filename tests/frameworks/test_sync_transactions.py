@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 import cyclone
 import cyclone.sync
 from cyclone.testing.plugin import CycloneEnv
-from tests.integrations.conftest import (
+from tests.frameworks.conftest import (
     Order,
     SyncListener,
     audit,
@@ -27,7 +27,7 @@ from tests.integrations.conftest import (
     ship,
     sync_waiting_on_a_lock,
 )
-from tests.integrations.sync_styles import STYLES, Style
+from tests.frameworks.sync_styles import STYLES, Style
 
 
 @pytest.fixture(params=STYLES, ids=[s.name for s in STYLES])
@@ -171,7 +171,7 @@ def test_a_sqlalchemy_session_on_another_driver_is_refused(cyclone_env: CycloneE
 def test_a_django_database_that_is_not_postgresql_is_refused(cyclone_env: CycloneEnv) -> None:
     from django.db import connections, transaction
 
-    from tests.integrations.sync_styles import configure_django
+    from tests.frameworks.sync_styles import configure_django
 
     configure_django(cyclone_env.dsn)
     refused = pytest.raises(cyclone.InvalidInputError, match="sqlite; Cyclone needs PostgreSQL")
