@@ -15,7 +15,6 @@ from cyclone._enqueue.wakeups import (
     TrackedConnection,
     TrackedTransaction,
     Tx,
-    Wakeups,
     track_wakeups,
 )
 from cyclone._model import steps
@@ -75,6 +74,7 @@ from cyclone._model.schedules import (
     schedule,
 )
 from cyclone._model.steps import Kind, Step, action, register_kind, step
+from cyclone._model.wakeups import Wakeups
 from cyclone._model.workflows import Node, ResultWorkflow, Workflow, define, define_result
 from cyclone._services.observe import Observer
 from cyclone._services.queues import KindLimits, QueueLimits, Queues, QueueSettings

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import asyncpg
 
-from cyclone._enqueue.wakeups import TrackedConnection, Wakeups, track_wakeups
+from cyclone._enqueue.wakeups import TrackedConnection, track_wakeups
 from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._model.errors import InvalidInputError, ReadOnlyServerError
@@ -35,6 +35,7 @@ from cyclone._model.handles import (
 )
 from cyclone._model.keys import validate_name
 from cyclone._model.options import seconds, validate_int
+from cyclone._model.wakeups import Wakeups
 from cyclone._services.bundle import Services
 from cyclone._services.database import Database
 from cyclone._services.notifier import Notifier

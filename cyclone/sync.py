@@ -22,8 +22,15 @@ import psycopg_pool
 
 from cyclone._enqueue.drivers import connect, run_sync
 from cyclone._enqueue.insert import plan_jobs
+from cyclone._enqueue.sync_services import (
+    SyncDatabase,
+    SyncOwnStatement,
+    SyncRuns,
+    caller_target,
+    django_wrapper,
+)
 from cyclone._enqueue.targets import DatabaseTarget
-from cyclone._enqueue.wakeups import SyncTrackedConnection, Wakeups
+from cyclone._enqueue.wakeups import SyncTrackedConnection
 from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._model.errors import InvalidInputError
@@ -31,18 +38,12 @@ from cyclone._model.handles import RunInfo, RunPage, RunQuery, RunState
 from cyclone._model.keys import validate_key, validate_name
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions, validate_int
 from cyclone._model.steps import Kind
+from cyclone._model.wakeups import Wakeups
 from cyclone._model.workflows import ResultWorkflow, Workflow
 from cyclone._services import transitions
 from cyclone._services.notifier import queue_payload
 from cyclone._services.observe import Observers
 from cyclone._services.runs import page_on, result_of
-from cyclone._services.sync import (
-    SyncDatabase,
-    SyncOwnStatement,
-    SyncRuns,
-    caller_target,
-    django_wrapper,
-)
 from cyclone._storage.loader import Queries
 
 __all__ = ["Client", "ResultRun", "Run", "track_wakeups"]

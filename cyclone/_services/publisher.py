@@ -21,8 +21,8 @@ import logging
 import math
 from collections.abc import Iterable, Iterator
 
-from cyclone._enqueue.wakeups import Wakeups
 from cyclone._model.errors import InvalidStateError
+from cyclone._model.wakeups import Wakeups
 from cyclone._services.database import Database, Held
 from cyclone._services.loops import wait_woken
 from cyclone._services.notifier import Notifier, queue_payload, run_payloads

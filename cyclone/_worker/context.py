@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
 import asyncpg
 import msgspec
 
-from cyclone._enqueue.wakeups import TrackedConnection, Tx, Wakeups
+from cyclone._enqueue.wakeups import TrackedConnection, Tx
 from cyclone._model import codec
 from cyclone._model.errors import ContextError, UnknownNodeError
+from cyclone._model.wakeups import Wakeups
 from cyclone._services.database import Database
 from cyclone._storage import queries as db
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cyclone._model import codec
 from cyclone._services import transitions
@@ -19,9 +18,6 @@ from cyclone._services.bundle import Services
 from cyclone._services.runs import Retention
 from cyclone._storage import queries as db
 from cyclone._worker.outcomes import describe_attempt
-
-if TYPE_CHECKING:
-    from cyclone._client import Client
 
 logger = logging.getLogger("cyclone")
 
@@ -48,10 +44,9 @@ async def run_once(
             logger.info("worker %s: retention purged %d runs", worker_id, purged, extra=log)
 
 
-async def expire_overdue(client: Client, *, worker_id: str, limit: int = 100) -> None:
+async def expire_overdue(services: Services, *, worker_id: str, limit: int = 100) -> None:
     """Fail the runs past their deadline and the wait nodes past their timeout, now: the
     scheduler's timer calls this when the first of them is due, between maintenance passes."""
-    services = client.services
     effects = transitions.Effects()
     log = {"worker": worker_id}
     try:

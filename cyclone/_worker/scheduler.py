@@ -156,7 +156,7 @@ class Scheduler:
             # Once per due time: one that stays due (its run is locked, say) waits for the
             # maintenance pass instead of spinning this loop.
             self._handled_overdue = overdue
-            await maintenance.expire_overdue(self.client, worker_id=self.worker_id)
+            await maintenance.expire_overdue(self.client.services, worker_id=self.worker_id)
             return 0.0
         soonest: dt.datetime | None = min(
             (t for t in (slot, overdue) if t is not None and t > now), default=None

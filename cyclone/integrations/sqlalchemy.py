@@ -34,7 +34,7 @@ from cyclone._model.errors import InvalidInputError, NotInTransactionError
 from cyclone._services.notifier import queue_payload
 
 if TYPE_CHECKING:
-    from cyclone._enqueue.wakeups import Wakeups
+    from cyclone._model.wakeups import Wakeups
 
 __all__ = ["AsyncSession", "async_target", "async_transaction", "sync_parts", "sync_transaction"]
 
