@@ -11,13 +11,13 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import asyncpg
 
+from cyclone._enqueue.adapters import adapter_for
 from cyclone._enqueue.wakeups import TrackedConnection, track_wakeups
 from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
@@ -204,11 +204,11 @@ class Client(AsyncResource):
         even inside a transaction that ``track_wakeups(session)`` tracks (the innermost
         tracker gets each wakeup).
         """
-        if "sqlalchemy" in sys.modules:
-            from cyclone.integrations import sqlalchemy as glue
-
-            if isinstance(conn, glue.AsyncSession):
-                return glue.async_transaction(self.services.publisher.publish, conn)
+        adapter = adapter_for(conn)
+        if adapter is not None:
+            block = adapter.async_transaction(self.services.publisher.publish, conn)
+            if block is not None:
+                return block
         return self._tracked_transaction(conn)
 
     @contextlib.asynccontextmanager

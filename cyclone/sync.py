@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar, Unpack, overload
 import psycopg
 import psycopg_pool
 
+from cyclone._enqueue.adapters import adapter_for
 from cyclone._enqueue.drivers import connect, run_sync
 from cyclone._enqueue.insert import plan_jobs
 from cyclone._enqueue.sync_services import (
@@ -27,7 +28,6 @@ from cyclone._enqueue.sync_services import (
     SyncOwnStatement,
     SyncRuns,
     caller_target,
-    django_wrapper,
 )
 from cyclone._enqueue.targets import DatabaseTarget
 from cyclone._enqueue.wakeups import SyncTrackedConnection
@@ -119,10 +119,11 @@ class Client:
     def __init__(
         self, source: Any, *, schema: str = "public", payload_limit: int = DEFAULT_PAYLOAD_LIMIT
     ) -> None:
-        django = django_wrapper(source)
-        if django is None and not isinstance(
-            source, psycopg_pool.ConnectionPool | psycopg.Connection
-        ):
+        adapter = None
+        if not isinstance(source, psycopg_pool.ConnectionPool | psycopg.Connection):
+            adapter = adapter_for(source)
+        own = None if adapter is None else adapter.own_connection(source)
+        if own is None and not isinstance(source, psycopg_pool.ConnectionPool | psycopg.Connection):
             raise InvalidInputError(
                 "cyclone.sync.Client needs a psycopg_pool.ConnectionPool, a psycopg.Connection "
                 f"or Django's connection, got {type(source).__name__}"
@@ -133,7 +134,7 @@ class Client:
         self.channel = f"cyclone_{schema}"
         self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
         self.observers = Observers()
-        database = SyncDatabase(source, django, self.queries, self.channel)
+        database = SyncDatabase(source, own, self.queries, self.channel)
         self.services = Services(database=database, runs=SyncRuns(database))
         """The client's parts, for Cyclone's own modules (internal, not a stable API)."""
 
@@ -164,9 +165,18 @@ class Client:
         ``Session`` on psycopg); its wakeups are published after the commit. Inside an open
         transaction the block is a savepoint whose wakeups wait for the outer commit."""
         if not isinstance(conn, psycopg.Connection | SyncTrackedConnection):
-            from cyclone.integrations import sqlalchemy as glue
-
-            return glue.sync_transaction(conn, self.services.database.publish)
+            adapter = adapter_for(conn)
+            block = (
+                None
+                if adapter is None
+                else adapter.sync_transaction(conn, self.services.database.publish)
+            )
+            if block is None:
+                raise InvalidInputError(
+                    "transaction() takes a psycopg connection, a tracked connection or a "
+                    f"SQLAlchemy Session on psycopg; got {type(conn).__name__}"
+                )
+            return block
         return self._tracked(conn)
 
     @contextlib.contextmanager

@@ -21,12 +21,12 @@ The targets live in ``cyclone._enqueue.targets``:
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from cyclone._enqueue.adapters import adapter_for
 from cyclone._enqueue.targets import (
     DatabaseTarget,
     InsertSettings,
@@ -106,12 +106,11 @@ def target_for(client: Client | None, tx: object) -> Target:
         return asyncpg_caller(client, tx.connection, tx.record)
     if isinstance(tx, asyncpg.Connection | asyncpg.pool.PoolConnectionProxy):
         return asyncpg_caller(client, tx, None)
-    if "sqlalchemy" in sys.modules:
-        from cyclone.integrations import sqlalchemy as glue
-
-        session = glue.async_target(client, services.publisher.publish, tx)
-        if session is not None:
-            return session
+    adapter = adapter_for(tx)
+    if adapter is not None:
+        caller = adapter.async_target(client, services.publisher.publish, tx)
+        if caller is not None:
+            return caller
     raise InvalidInputError(
         f"tx must be an asyncpg connection in a transaction, a tracked connection or a "
         f"SQLAlchemy AsyncSession/AsyncConnection on asyncpg; got {type(tx).__name__}"

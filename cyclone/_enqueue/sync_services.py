@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
+from cyclone._enqueue.adapters import adapter_for
 from cyclone._enqueue.drivers import connect, run_sync
 from cyclone._enqueue.targets import CallerTransaction, DatabaseTarget, InsertSettings
 from cyclone._enqueue.wakeups import SyncTrackedConnection
@@ -39,11 +40,14 @@ NOT_IN_TRANSACTION_PSYCOPG = (
 
 class SyncDatabase:
     """Where Cyclone's own statements go: a psycopg pool, a psycopg connection (shared under
-    a lock) or Django's connection wrapper (``django``), and the wakeups sent there."""
+    a lock) or a library's connection that an adapter opens (``own``: Django's), and the
+    wakeups sent there."""
 
-    def __init__(self, source: Any, django: Any, queries: Queries, channel: str) -> None:
+    def __init__(
+        self, source: Any, own: Callable[[], Any] | None, queries: Queries, channel: str
+    ) -> None:
         self.source = source
-        self.django = django
+        self.own = own
         self.queries = queries
         self.channel = channel
         self._lock = threading.Lock()
@@ -51,10 +55,8 @@ class SyncDatabase:
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A connection for Cyclone's own statements, committed when the block ends."""
-        if self.django is not None:
-            from cyclone.integrations.django import own_connection
-
-            yield own_connection(self.django)
+        if self.own is not None:
+            yield self.own()
         elif isinstance(self.source, psycopg_pool.ConnectionPool):
             with self.source.connection() as conn:
                 yield conn
@@ -209,17 +211,10 @@ def caller_target(
             return raw
 
         return _caller(settings, conn, record)
-    wrapper = django_wrapper(tx)
-    if wrapper is not None:
-        from cyclone.integrations.django import caller_parts
-
-        return _caller(settings, *caller_parts(wrapper, publish))
-    if _is_sqlalchemy(tx):
-        from cyclone.integrations.sqlalchemy import sync_parts
-
-        parts = sync_parts(tx, publish)
-        if parts is not None:
-            return _caller(settings, *parts)
+    adapter = adapter_for(tx)
+    parts = None if adapter is None else adapter.sync_parts(tx, publish)
+    if parts is not None:
+        return _caller(settings, *parts)
     raise InvalidInputError(
         "tx must be a psycopg connection in a transaction, a SQLAlchemy Session/Connection on "
         f"psycopg, or Django's connection inside atomic(); got {type(tx).__name__}"
@@ -232,16 +227,3 @@ def _caller(settings: InsertSettings, get: Any, record: Any) -> CallerTransactio
         yield connect(get())
 
     return CallerTransaction(settings, open, record, notify_full=NOTIFY_FULL)
-
-
-def _is_sqlalchemy(obj: object) -> bool:
-    return type(obj).__module__.startswith("sqlalchemy.")
-
-
-def django_wrapper(obj: object) -> Any:
-    """Django's connection wrapper behind ``obj``, or None if it is not Django's."""
-    if not type(obj).__module__.startswith("django."):
-        return None
-    from cyclone.integrations.django import wrapper_of
-
-    return wrapper_of(obj)

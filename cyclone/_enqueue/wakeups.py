@@ -9,10 +9,10 @@ with :func:`track_wakeups`, commits, and then calls ``client.publish_wakeups``.
 from __future__ import annotations
 
 import logging
-import sys
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
+from cyclone._enqueue.adapters import adapter_for
 from cyclone._model.errors import LifecycleError
 from cyclone._model.wakeups import Wakeups
 from cyclone._services.resource import AsyncResource
@@ -150,10 +150,10 @@ def track_wakeups(conn: Any) -> tuple[Any, Wakeups]:
     ``client.transaction(session)`` block or another ``track_wakeups`` takes the wakeups
     written from there on, until it ends: the innermost tracker gets each wakeup.
     """
-    if not isinstance(conn, Conn | TrackedConnection) and "sqlalchemy" in sys.modules:
-        from cyclone.integrations.sqlalchemy import track_session
-
-        return conn, track_session(conn, Wakeups())
+    if not isinstance(conn, Conn | TrackedConnection):
+        adapter, wakeups = adapter_for(conn), Wakeups()
+        if adapter is not None and adapter.track(conn, wakeups):
+            return conn, wakeups
     if isinstance(conn, TrackedConnection):
         conn = conn.connection
     wakeups = Wakeups()

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.connection import ConnectionProxy
 
+from cyclone._enqueue.adapters import Adapter, Publish, SyncParts
 from cyclone._model.errors import InvalidInputError, InvalidStateError, NotInTransactionError
 from cyclone._services.notifier import queue_payload
 
@@ -89,3 +90,19 @@ class _Wake:
 
     def __call__(self) -> None:
         self.publish([queue_payload(self.queue)])
+
+
+class _Django(Adapter):
+    """Django's connection (``django.db.connection``, ``connections[alias]``) on psycopg 3."""
+
+    def sync_parts(self, tx: object, publish: Publish) -> SyncParts | None:
+        wrapper = wrapper_of(tx)
+        return None if wrapper is None else caller_parts(wrapper, publish)
+
+    def own_connection(self, source: object) -> Callable[[], Any] | None:
+        wrapper = wrapper_of(source)
+        return None if wrapper is None else (lambda: own_connection(wrapper))
+
+
+ADAPTER = _Django()
+"""The ``cyclone.adapters`` entry point for ``django``."""

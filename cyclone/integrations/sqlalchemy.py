@@ -21,7 +21,7 @@ requests) publishes their wakeups as those blocks say.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
@@ -29,6 +29,7 @@ from sqlalchemy import Connection, event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
+from cyclone._enqueue.adapters import Adapter, Publish, SyncParts
 from cyclone._enqueue.targets import CallerTransaction, InsertSettings
 from cyclone._model.errors import InvalidInputError, NotInTransactionError
 from cyclone._services.notifier import queue_payload
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["AsyncSession", "async_target", "async_transaction", "sync_parts", "sync_transaction"]
 
 _INFO_KEY = "cyclone.wakeups"
-Publish = Callable[[Iterable[str]], None]
-"""Sends NOTIFY payloads soon, without waiting (the client's publisher)."""
 Destination: TypeAlias = "Wakeups | Publish"
 """Where a committed transaction's wakeups go: a caller's :class:`Wakeups`, or a client's
 publisher."""
@@ -264,3 +263,35 @@ def sync_transaction(session: Session, publish: Publish) -> Iterator[Session]:
     block = session.begin_nested() if session.in_transaction() else session.begin()
     with block, tracker.block(publish):
         yield session
+
+
+class _SQLAlchemy(Adapter):
+    """Sessions and connections of SQLAlchemy, on asyncpg (async) or psycopg (sync)."""
+
+    def async_target(
+        self, settings: InsertSettings, publish: Publish, tx: object
+    ) -> CallerTransaction | None:
+        return async_target(settings, publish, tx)
+
+    def async_transaction(
+        self, publish: Publish, tx: object
+    ) -> contextlib.AbstractAsyncContextManager[Any] | None:
+        return async_transaction(publish, tx) if isinstance(tx, AsyncSession) else None
+
+    def track(self, tx: object, wakeups: Wakeups) -> bool:
+        if not isinstance(tx, AsyncSession | Session):
+            return False
+        track_session(tx, wakeups)
+        return True
+
+    def sync_parts(self, tx: object, publish: Publish) -> SyncParts | None:
+        return sync_parts(tx, publish)
+
+    def sync_transaction(
+        self, tx: object, publish: Publish
+    ) -> contextlib.AbstractContextManager[Any] | None:
+        return sync_transaction(tx, publish) if isinstance(tx, Session) else None
+
+
+ADAPTER = _SQLAlchemy()
+"""The ``cyclone.adapters`` entry point for ``sqlalchemy``."""
