@@ -1,6 +1,6 @@
-"""The package's shape, read from its source with ``ast``: no import cycle among Cyclone's
-modules, no module reaching into another object's private members, and no module (or SQL
-file) too long to read at once.
+"""The package's shape, read from its source with ``ast``: the layers its folders are, no
+import cycle among Cyclone's modules, no module reaching into another object's private
+members, and no module (or SQL file) too long to read at once.
 
 Imports are counted wherever they stand, at module level and inside functions (the lazy
 imports of optional extras), except under ``if TYPE_CHECKING:``: the public signatures name
@@ -75,15 +75,16 @@ def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     return found
 
 
-def _imports(name: str, tree: ast.Module) -> set[str]:
-    """The Cyclone modules that module ``name`` imports, anywhere in it."""
+def _imports(name: str, tree: ast.Module, *, typing_too: bool = False) -> set[str]:
+    """The Cyclone modules that module ``name`` imports, anywhere in it (with
+    ``typing_too``, under ``if TYPE_CHECKING:`` as well)."""
     package = (
         name
         if (PACKAGE.parent / name.replace(".", "/") / "__init__.py").exists()
         else (name.rpartition(".")[0])
     )
     found = set()
-    for node in _runtime_nodes(tree):
+    for node in ast.walk(tree) if typing_too else _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name in MODULES)
         elif isinstance(node, ast.ImportFrom):
@@ -170,3 +171,85 @@ def test_every_module_is_short(path: pathlib.Path) -> None:
     lines = len(path.read_text().splitlines())
     where = path.relative_to(PACKAGE.parent)
     assert lines <= MAX_LINES, f"{where} has {lines} lines: split it by what its parts do"
+
+
+# The layers, lowest first: a module imports from its own layer and the ones below it, type
+# checking's imports included. Whatever is in none of them (the facade, cyclone.sync, the
+# exporters, the CLI, the dashboard, the integrations, the test kit) is above them all.
+LAYERS = ["cyclone._model", "cyclone._storage", "cyclone._services", "cyclone._enqueue",
+          "cyclone._worker"]  # fmt: skip
+TOP = len(LAYERS)
+
+# Imports that go up a layer, each with why. The public API ties its objects together in
+# both directions (``step.enqueue(client, ...)`` returns a run handle; a handler's
+# ``ctx.client`` is the Client that enqueued it; ``Worker(client)``), so the definitions and
+# the worker's entry points name the facade's types; the list only shrinks
+# (test_every_upward_import_is_still_there).
+UPWARD = {
+    # step.enqueue()/workflow.submit() and their *_tx forms enter the insert path.
+    ("cyclone._model.steps", "cyclone._enqueue.insert"),
+    ("cyclone._model.steps", "cyclone._enqueue.wakeups"),
+    ("cyclone._model.workflows", "cyclone._enqueue.insert"),
+    ("cyclone._model.workflows", "cyclone._enqueue.targets"),
+    ("cyclone._model.workflows", "cyclone._enqueue.wakeups"),
+    # A step's handler takes the worker's Context: its signature names it.
+    ("cyclone._model.steps", "cyclone._worker.context"),
+    # Public signatures that take or give the Client (typing only, checked below).
+    ("cyclone._model.handles", "cyclone._client"),
+    ("cyclone._model.steps", "cyclone._client"),
+    ("cyclone._model.workflows", "cyclone._client"),
+    ("cyclone._enqueue.insert", "cyclone._client"),
+    ("cyclone._worker.context", "cyclone._client"),
+    ("cyclone._worker.executor", "cyclone._client"),
+    ("cyclone._worker.firing", "cyclone._client"),
+    ("cyclone._worker.scheduler", "cyclone._client"),
+    ("cyclone._worker.worker", "cyclone._client"),
+}
+
+
+def _layer(module: str) -> int:
+    for rank, prefix in enumerate(LAYERS):
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return TOP
+
+
+def _edges(*, typing_too: bool) -> set[tuple[str, str]]:
+    return {
+        (name, target)
+        for name, tree in MODULES.items()
+        for target in _imports(name, tree, typing_too=typing_too)
+    }
+
+
+def test_every_module_imports_only_from_its_layer_and_below() -> None:
+    upward = {(a, b) for a, b in _edges(typing_too=True) if _layer(b) > _layer(a)}
+    assert sorted(upward - UPWARD) == []
+
+
+@pytest.mark.parametrize("edge", sorted(UPWARD))
+def test_every_upward_import_is_still_there(edge: tuple[str, str]) -> None:
+    assert edge in _edges(typing_too=True), f"{edge[0]} no longer imports {edge[1]}: drop it"
+
+
+def test_the_layers_below_the_facade_name_the_client_only_for_type_checkers() -> None:
+    at_run_time = {(a, b) for a, b in _edges(typing_too=False) if b == "cyclone._client"}
+    assert sorted(a for a, _ in at_run_time if _layer(a) < TOP) == []
+
+
+def test_the_core_never_imports_an_integration() -> None:
+    # Integrations lend the core an Adapter (cyclone._enqueue.adapters), found through
+    # entry points; the core never names them.
+    core = [(a, b) for a, b in _edges(typing_too=True) if b.startswith("cyclone.integrations")]
+    users = ("cyclone.integrations", "cyclone.testing", "cyclone.web", "cyclone.cli")
+    assert [(a, b) for a, b in core if not a.startswith(users)] == []
+
+
+def test_each_private_module_belongs_to_a_layer() -> None:
+    # At the top: the package, the facade, the synchronous client, the exporters, the CLI
+    # entry point and the extras' folders.
+    top = {"cyclone", "cyclone.__main__", "cyclone._client", "cyclone.sync", "cyclone.otel",
+           "cyclone.prometheus"}  # fmt: skip
+    extras = ("cyclone.cli", "cyclone.web", "cyclone.integrations", "cyclone.testing")
+    stray = [m for m in MODULES if _layer(m) == TOP and m not in top and not m.startswith(extras)]
+    assert stray == []
