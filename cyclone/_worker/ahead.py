@@ -1,6 +1,7 @@
 """How far a queue claims ahead of its free slots: the pace of its handlers (a moving mean of
 their time, kept per queue by each worker) and the allowance that follows from it. The rules
-are in the docstring of ``_producer.py``, under "Claiming ahead"."""
+are in the docstring of ``producer.py``, under "Claiming ahead", and ``slots.py`` keeps
+the attempts claimed ahead."""
 
 from __future__ import annotations
 

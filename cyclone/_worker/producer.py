@@ -10,11 +10,10 @@ meanwhile.
 
 Claiming ahead (unless the worker's ``claim_ahead`` is off): while the queue's handlers are
 short (mean under ``AHEAD_BELOW``) and it uses no flow control, one claim at a time may
-also take tasks with no free slot yet, within the limits of ``_ahead.py``. Each waits for
-the next slot freed, first claimed first, its lease kept; no more than ``limit`` handlers
-run at once, and the next claim travels while the held tasks run. A task claimed ahead goes
-back after ``AHEAD_WAIT``, once a claim finds the queue under flow control, or at once when
-the worker stops; one whose task is lost meanwhile never starts.
+also take tasks with no free slot yet, within the limits of ``ahead.py``. Each waits for
+the next slot freed, its lease kept; no more than ``limit`` handlers run at once, and the
+next claim travels while the held tasks run. ``slots.py`` keeps the slots and the waiting
+attempts, and draws the states of an attempt claimed ahead.
 """
 
 from __future__ import annotations
@@ -43,16 +42,13 @@ from cyclone._worker.outcomes import (
     Lost,
     Outcome,
 )
+from cyclone._worker.slots import AHEAD_WAIT, Slots
 
 logger = logging.getLogger("cyclone")
 
 # Claims of one queue in flight together: with more free slots than one claim takes
 # (claim_batch), the next claim runs while the last one's attempts start.
 CLAIMS_AT_ONCE = 2
-# A task claimed ahead that waited this many seconds for a slot goes back to its queue (its
-# queue's handlers were not short after all), and the queue claims nothing ahead until they
-# are again.
-AHEAD_WAIT = 1.0
 
 
 class Producer:
@@ -82,10 +78,8 @@ class Producer:
         self._connection = Held(database)
         self._wake = asyncio.Event()
         self._stopping = False
-        self._running = 0  # slots taken by attempts
+        self._slots = Slots(limit, leases)
         self._reserved = 0  # slots held for the claims in flight (and tasks claimed ahead)
-        # Attempts claimed ahead, each waiting for a slot, first claimed first; see _turn.
-        self._waiting: dict[asyncio.Future[None], Claimed] = {}
         self._pace = Pace()  # of its handlers: how far it may claim ahead
         self._claims: set[asyncio.Task[None]] = set()  # in flight
         self._last_claim_full = False
@@ -100,8 +94,10 @@ class Producer:
         self._context = contextvars.copy_context()  # the claims', set by run()
 
     def wake(self) -> None:
-        """Claim now (a NOTIFY for this queue, a reconnected listener, a drain): from here, a
-        pass of the event loop sooner, unless a claim is in flight (then the loop decides)."""
+        """Claim now: a NOTIFY for this queue arrived, the listener reconnected, or a drain
+        asks. With no claim in flight the claim starts here, a pass of the event loop sooner
+        than the producer's loop would start it; otherwise the loop claims again when the
+        claim in flight is back."""
         if self._claiming_now and not (self._stopping or self._claims) and self._start_claims():
             self._poll.restart()  # the next poll is an interval from now
             return
@@ -117,7 +113,7 @@ class Producer:
         started are handed back)."""
         self._stopping = True
         self._wake.set()
-        self._hand_back(list(self._waiting), "shutdown")
+        self._slots.hand_back(None, "shutdown")
 
     def _ahead(self) -> int:
         """How many tasks claims may take beyond the free slots (module docstring): one claim
@@ -131,14 +127,14 @@ class Producer:
         slot: free slots (and the claim-ahead allowance), bounded by the claim size and by
         what the completer's buffer still takes."""
         batch = self._claiming.claim_batch
-        taken = self._running + len(self._waiting) + self._reserved
+        taken = self._slots.running + self._slots.waiting + self._reserved
         free = max(0, self.limit - taken)
         room = min(self.limit + self._ahead() - taken, batch)
         # Every task held, running ones too, will have an outcome to write.
         buffered = self._completer.room - taken
         self._held_back = buffered < room
         room = min(room, buffered)
-        if self._waiting and room < min(self.limit, most_ahead(self.limit), batch):
+        if self._slots.waiting and room < min(self.limit, most_ahead(self.limit), batch):
             return 0, 0  # the slots have work: claim ahead again in one claim, not one by one
         return room, max(0, room - free)
 
@@ -226,12 +222,8 @@ class Producer:
         turns: list[asyncio.Future[None]] = []
         worker = self._claiming.worker_id
         for claimed in [Claimed.from_row(row, queue=self.name, worker=worker) for row in rows]:
-            turn: asyncio.Future[None] | None = None
-            if self._running < self.limit:
-                self._running += 1
-            else:  # claimed ahead: it waits for a slot
-                turn = loop.create_future()
-                self._waiting[turn] = claimed
+            turn = self._slots.take(claimed, loop)
+            if turn is not None:  # claimed ahead: it waits for a slot
                 turns.append(turn)
             attempts.append((claimed, turn))
         self._observers.claimed(self.name, len(rows), time.perf_counter() - started)
@@ -244,7 +236,7 @@ class Producer:
             task = loop.create_task(self._attempt(claimed, turn), name=f"cyclone-task-{claimed.id}")
             self._leases.hold(claimed, task)
         if turns and self._stopping:
-            self._hand_back(turns, "shutdown")
+            self._slots.hand_back(turns, "shutdown")
         elif turns:
             loop.call_later(AHEAD_WAIT, self._overdue, turns)
 
@@ -262,7 +254,7 @@ class Producer:
             c.workflows,
             # The queue uses flow control now: what this worker claimed ahead and has not
             # started goes back, for the limits to count (a limit counts it as running).
-            limited=lambda: self._hand_back(list(self._waiting), "limited"),
+            limited=lambda: self._slots.hand_back(None, "limited"),
         )
 
     async def _attempt(self, claimed: Claimed, turn: asyncio.Future[None] | None) -> None:
@@ -321,7 +313,7 @@ class Producer:
             if turn.done() and not turn.cancelled():
                 self.freed()  # the slot came as it was cancelled: on to the next one
             else:
-                self._waiting.pop(turn, None)
+                self._slots.withdraw(turn)
             reason = self._leases.reason(claimed)
             if reason is None:  # from outside: as a running attempt cancelled so
                 self._leases.drop(claimed)
@@ -350,36 +342,22 @@ class Producer:
     def _overdue(self, turns: list[asyncio.Future[None]]) -> None:
         """Hand back those of a claim's tasks claimed ahead that still wait for a slot after
         AHEAD_WAIT: the handlers in the slots took at least that long."""
-        late = [t for t in turns if t in self._waiting]
+        late = self._slots.still_waiting(turns)
         if late:
             self._pace.timed(AHEAD_WAIT)
-            self._hand_back(late, "overdue")
-
-    def _hand_back(self, turns: list[asyncio.Future[None]], reason: str) -> None:
-        """Hand back these attempts claimed ahead that still wait for a slot. Their turn is
-        cancelled, not their task: a task created in this pass of the event loop has not
-        started, and one cancelled before it starts never runs its body (nor ``_turn``)."""
-        for turn in turns:
-            claimed = self._waiting.get(turn)
-            if claimed is not None and not turn.done() and self._leases.mark(claimed, reason):
-                turn.cancel()
+            self._slots.hand_back(late, "overdue")
 
     def freed(self) -> None:
-        """One of this queue's attempts ended: its slot is free (via its :class:`_Slot`),
-        and passes to the first attempt claimed ahead, if one waits."""
-        while self._waiting:
-            turn = next(iter(self._waiting))
-            del self._waiting[turn]
-            if not turn.done():
-                turn.set_result(None)
-                break
-        else:
-            self._running -= 1
-        # Handlers that do not wait pass the slots on within this pass of the event loop:
-        # while tasks claimed ahead wait, claim now (once _room allows), not in the producer's
-        # own pass, which comes after them all, the slots then idle (a claim in flight is the
-        # one claim ahead). More waits after a full claim, a limit or a pass still owed.
-        ahead = bool(self._waiting) and not self._claims and not self._stopping
+        """One of this queue's attempts ended: its slot is free (via its :class:`_Slot`), or
+        passes to the first attempt claimed ahead that waits."""
+        self._slots.free()
+        # A handler that does not wait passes its slot on within this pass of the event loop.
+        # While attempts claimed ahead wait, the next claim goes out from here (once _room
+        # allows it), not from the producer's own pass: that comes after all of them, when
+        # the slots would already be idle. (A claim in flight is the one claim ahead.)
+        ahead = bool(self._slots.waiting) and not self._claims and not self._stopping
+        # More work is likely after a full claim, under a limit that will let it claim, or
+        # while a pass is owed.
         wanted = self._last_claim_full or self._gate.held or self._owed or self._stopping
         if wanted and not (ahead and self._start_claims()):
             self._wake.set()

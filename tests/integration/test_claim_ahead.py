@@ -406,7 +406,7 @@ async def test_a_claim_ahead_whose_connection_dies_leaves_nothing_behind(
         await work.enqueue_many(env.client, [0] * (3 * first))  # none blocking
         await asyncio.wait_for(worker.drain(), 60)
         producer = worker._producers["ahead"]
-        assert producer._reserved == 0 and not producer._waiting
+        assert producer._reserved == 0 and not producer._slots.waiting
     killed = await env.pool.fetchval("SELECT last_value FROM claimed_rows")
     assert killed > first + 2  # the kill happened, and claims went on after it
     assert len(gate.calls) == 3 * first  # each job ran once
@@ -435,7 +435,7 @@ async def test_a_wakeup_that_finds_no_room_claims_once_slots_free(env: CycloneEn
         await work.enqueue_many(env.client, list(range(BLOCKING, BLOCKING + SLOTS + most - 2)))
 
         async def claimed() -> bool:
-            return gate.running == SLOTS and len(producer._waiting) == most - 2
+            return gate.running == SLOTS and producer._slots.waiting == most - 2
 
         await until(claimed, "the burst claimed, every slot running")
         # A job whose wakeup comes now (committed without one, then woken by hand, as a
