@@ -118,7 +118,7 @@ async def _drain(pool: asyncpg.Pool, q: Queries, claim: str, jobs: int) -> float
 
 async def _fill(client: cyclone.Client, jobs: int, tenants: int, backlog: int = 0) -> None:
     await client.pool.execute(
-        f"TRUNCATE {client.queries.schema}.cyclone_runs, {client.queries.schema}.cyclone_tasks"
+        f"TRUNCATE {client._queries.schema}.cyclone_runs, {client._queries.schema}.cyclone_tasks"
     )
     for start in range(0, backlog, 10_000):  # claimable, but behind the drained jobs
         batch = list(range(start, min(backlog, start + 10_000)))
@@ -136,12 +136,12 @@ async def measure(dsn: str, jobs: int, rounds: int, backlog: int) -> str:
     async with asyncpg.create_pool(dsn, min_size=4, max_size=8) as pool:
         before = cyclone.Client(pool, schema="flow_before")
         after = cyclone.Client(pool, schema="flow_after")
-        before.queries.migrations = tuple(m for m in before.queries.migrations if m.version <= 7)
+        before._queries.migrations = tuple(m for m in before._queries.migrations if m.version <= 7)
         await before.migrate()
         await after.migrate()
         old_claim = BEFORE_CLAIM.replace("__schema__", '"flow_before"')
-        new_claim = after.queries["task_claim"]
-        plain_claim = after.queries["task_claim_plain"]
+        new_claim = after._queries["task_claim"]
+        plain_claim = after._queries["task_claim_plain"]
         cases: dict[str, list[float]] = {
             "before": [],
             "no limits": [],
@@ -153,25 +153,25 @@ async def measure(dsn: str, jobs: int, rounds: int, backlog: int) -> str:
         }
         for _ in range(rounds):  # interleaved, so that drift hits every case alike
             await _fill(before, jobs, 0)
-            cases["before"].append(jobs / await _drain(pool, before.queries, old_claim, jobs))
+            cases["before"].append(jobs / await _drain(pool, before._queries, old_claim, jobs))
             await after.queues.set_limits("bench-flow", create=True)
             await _fill(after, jobs, 0)
-            cases["no limits"].append(jobs / await _drain(pool, after.queries, plain_claim, jobs))
+            cases["no limits"].append(jobs / await _drain(pool, after._queries, plain_claim, jobs))
             await _fill(after, jobs, 0)
-            full = jobs / await _drain(pool, after.queries, new_claim, jobs)
+            full = jobs / await _drain(pool, after._queries, new_claim, jobs)
             cases["full claim, no limits"].append(full)
             await after.queues.set_limits("bench-flow", concurrency=100, rate=10**6, per=1)
             await _fill(after, jobs, 0)
-            limited = jobs / await _drain(pool, after.queries, new_claim, jobs)
+            limited = jobs / await _drain(pool, after._queries, new_claim, jobs)
             cases["global limit"].append(limited)
             await after.queues.set_limits("bench-flow")
             await _fill(after, jobs, 100)
-            cases["100 tenants"].append(jobs / await _drain(pool, after.queries, new_claim, jobs))
+            cases["100 tenants"].append(jobs / await _drain(pool, after._queries, new_claim, jobs))
             await _fill(before, jobs, 0, backlog)
-            late = jobs / await _drain(pool, before.queries, old_claim, jobs)
+            late = jobs / await _drain(pool, before._queries, old_claim, jobs)
             cases["before, backlog"].append(late)
             await _fill(after, jobs, 0, backlog)
-            late = jobs / await _drain(pool, after.queries, plain_claim, jobs)
+            late = jobs / await _drain(pool, after._queries, plain_claim, jobs)
             cases["no limits, backlog"].append(late)
     base = statistics.median(cases["before"])
     lines = [f"{jobs} jobs (backlog {backlog}), 4 claimers of 10, median of {rounds} rounds:"]

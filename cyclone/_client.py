@@ -86,9 +86,9 @@ class Client(AsyncResource):
         if not isinstance(pool, asyncpg.Pool):
             raise InvalidInputError(f"Client needs an asyncpg.Pool, got {type(pool).__name__}")
         self.pool = pool
-        self.queries = Queries(schema)
+        self._queries = Queries(schema)
         self.schema = schema
-        self.channel = f"cyclone_{schema}"
+        self._channel = f"cyclone_{schema}"
         self.notify = bool(notify)
         self.notify_coalesce = seconds(notify_coalesce, what="notify_coalesce")
         if retention is not None and not isinstance(retention, Retention):
@@ -100,12 +100,12 @@ class Client(AsyncResource):
             raise InvalidInputError("listen_dsn must be a DSN (str), and needs notify=True")
         self.listen_dsn = listen_dsn
         self.observers = Observers()
-        database = Database(pool, self.queries, listens=self.notify and listen_dsn is None)
-        notifier = Notifier(pool, self.channel, listen_dsn=listen_dsn) if self.notify else None
+        database = Database(pool, self._queries, listens=self.notify and listen_dsn is None)
+        notifier = Notifier(pool, self._channel, listen_dsn=listen_dsn) if self.notify else None
         publisher = Publisher(
-            database, self.channel, coalesce=self.notify_coalesce, notifier=notifier
+            database, self._channel, coalesce=self.notify_coalesce, notifier=notifier
         )
-        self.services = Services(
+        self._services = Services(
             database=database,
             publisher=publisher,
             notifier=notifier,
@@ -129,8 +129,8 @@ class Client(AsyncResource):
 
     async def aclose(self) -> None:
         """Send the wakeups still held by the coalescing window. Call it before closing the pool."""
-        await self.services.publisher.aclose()
-        await self.services.database.aclose()
+        await self._services.publisher.aclose()
+        await self._services.database.aclose()
 
     async def migrate(self) -> list[int]:
         """Create or update Cyclone's tables; safe to call from many processes at once.
@@ -139,8 +139,8 @@ class Client(AsyncResource):
         """
         for attempt in range(1, _MIGRATE_TRIES + 1):
             try:
-                async with self.services.database.transact() as conn:
-                    applied = await db.migrations_apply(conn, self.queries)
+                async with self._services.database.transact() as conn:
+                    applied = await db.migrations_apply(conn, self._queries)
                 break
             except asyncpg.ReadOnlySQLTransactionError as exc:
                 raise ReadOnlyServerError(self.schema) from exc
@@ -172,19 +172,19 @@ class Client(AsyncResource):
         ships, :class:`SchemaVersionError` if it has some this package does not know, and
         :class:`UnsupportedPoolerError` if the pool goes through a pooler in transaction mode
         with asyncpg's statement cache on (docs/operations.md, PgBouncer)."""
-        await self.services.database.check_schema()
+        await self._services.database.check_schema()
 
     @property
     def queues(self) -> Queues:
         """Flow control: pause and resume queues, and set the concurrency and rate limits
         every worker's claim obeys (docs/flow-control.md)."""
-        return Queues(self.services.database, self.services.publisher)
+        return Queues(self._services.database, self._services.publisher)
 
     @property
     def schedules(self) -> Schedules:
         """The schedules stored in this schema: list, pause, resume, trigger now, and create,
         update or delete dynamic ones (docs/schedules.md)."""
-        return Schedules(self.services.database, self.services.publisher)
+        return Schedules(self._services.database, self._services.publisher)
 
     # Wakeups
 
@@ -206,7 +206,7 @@ class Client(AsyncResource):
         """
         adapter = adapter_for(conn)
         if adapter is not None:
-            block = adapter.async_transaction(self.services.publisher.publish, conn)
+            block = adapter.async_transaction(self._services.publisher.publish, conn)
             if block is not None:
                 return block
         return self._tracked_transaction(conn)
@@ -235,7 +235,7 @@ class Client(AsyncResource):
             if ttx is not conn:  # an untracked outer transaction
                 await self.publish_wakeups(wakeups)
         else:
-            await self.services.publisher.committed(wakeups, ttx.connection)
+            await self._services.publisher.committed(wakeups, ttx.connection)
 
     async def publish_wakeups(self, wakeups: Wakeups) -> None:
         """Send one NOTIFY per distinct queue in ``wakeups`` and clear it.
@@ -246,7 +246,7 @@ class Client(AsyncResource):
         window, the NOTIFY goes out when the window closes. It never raises: a failed publish
         is logged, and polling picks the work up within one poll interval.
         """
-        await self.services.publisher.publish_wakeups(wakeups)
+        await self._services.publisher.publish_wakeups(wakeups)
 
     # Runs
 
@@ -261,12 +261,12 @@ class Client(AsyncResource):
 
         With ``output_type`` it is a :class:`ResultRun` whose ``result()`` decodes to it.
         """
-        await self.services.runs.status(run_id)
+        await self._services.runs.status(run_id)
         return Run(self, run_id) if output_type is None else ResultRun(self, run_id, output_type)
 
     async def list_runs(self, query: RunQuery | None = None) -> RunPage:
         """Runs matching ``query``, newest first, one page at a time."""
-        return await self.services.runs.page(query or RunQuery())
+        return await self._services.runs.page(query or RunQuery())
 
     async def purge_terminal_runs(
         self,
@@ -280,14 +280,16 @@ class Client(AsyncResource):
         """
         age = dt.timedelta(seconds=seconds(older_than, what="older_than"))
         wanted = [RunState(s) for s in states]
-        return await self.services.runs.purge([(s, age) for s in wanted], PURGE_BATCH, batches=None)
+        return await self._services.runs.purge(
+            [(s, age) for s in wanted], PURGE_BATCH, batches=None
+        )
 
     async def stats(self) -> list[QueueStats]:
         """Live work per queue, for dashboards and ``cyclone stats``."""
-        async with self.services.database.acquire() as conn:
-            rows = await db.stats_queues(conn, self.queries)
-            unserved = await db.stats_unserved(conn, self.queries)
-            flow = {r["queue"]: r for r in await db.queue_list(conn, self.queries, None)}
+        async with self._services.database.acquire() as conn:
+            rows = await db.stats_queues(conn, self._queries)
+            unserved = await db.stats_unserved(conn, self._queries)
+            flow = {r["queue"]: r for r in await db.queue_list(conn, self._queries, None)}
         work: dict[str, list[UnservedWork]] = {}
         for u in unserved:
             work.setdefault(u["queue"], []).append(
@@ -309,8 +311,8 @@ class Client(AsyncResource):
     async def workers(self) -> list[WorkerInfo]:
         """The live workers of this schema, newest first (``cyclone stats`` counts them per
         queue; the dashboard lists them)."""
-        async with self.services.database.acquire() as conn:
-            rows = await db.worker_list(conn, self.queries)
+        async with self._services.database.acquire() as conn:
+            rows = await db.worker_list(conn, self._queries)
         return [WorkerInfo(**dict(r)) for r in rows]
 
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
@@ -320,7 +322,7 @@ class Client(AsyncResource):
         """
         validate_name(node, what="node")
         encoded = codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
-        await self.services.runs.signal(run_id, node, encoded)
+        await self._services.runs.signal(run_id, node, encoded)
 
     # Read models for dashboards (cyclone.web)
 
@@ -331,8 +333,8 @@ class Client(AsyncResource):
         query = query or RunQuery()
         cap = validate_int(at_most, what="at_most", low=1)
         filters = search_args(query)
-        async with self.services.database.acquire() as conn:
-            return await db.run_count(conn, self.queries, filters, cap=cap, scan=query.scan)
+        async with self._services.database.acquire() as conn:
+            return await db.run_count(conn, self._queries, filters, cap=cap, scan=query.scan)
 
     async def throughput(self, *, minutes: int = 60) -> list[Throughput]:
         """Jobs and workflow nodes that ended per queue and minute over the last ``minutes``
@@ -343,8 +345,8 @@ class Client(AsyncResource):
             raise InvalidInputError(
                 f"minutes must be at most {_THROUGHPUT_MAX_MINUTES} (one day), got {window}"
             )
-        async with self.services.database.acquire() as conn:
-            rows = await db.throughput_minutes(conn, self.queries, window)
+        async with self._services.database.acquire() as conn:
+            rows = await db.throughput_minutes(conn, self._queries, window)
         return [Throughput(**dict(r)) for r in rows]
 
     @contextlib.asynccontextmanager
@@ -357,7 +359,7 @@ class Client(AsyncResource):
         ``notify=False`` the event is never set.
         """
         event = asyncio.Event()
-        notifier = self.services.notifier
+        notifier = self._services.notifier
         if notifier is None:
             yield event
             return

@@ -116,7 +116,7 @@ class QueueWakeups:
 @contextlib.asynccontextmanager
 async def queue_wakeups(client: cyclone.Client) -> AsyncIterator[QueueWakeups]:
     """The client's notifier listening, and what it dispatches to the queues' subscribers."""
-    notifier = client.services.notifier
+    notifier = client._services.notifier
     assert notifier is not None
     seen = QueueWakeups()
     unsubscribe = notifier.subscribe_queues(seen.record)
@@ -178,7 +178,7 @@ def records() -> Iterator[Records]:
 @pytest_asyncio.fixture
 async def listener(cyclone_env: CycloneEnv) -> AsyncIterator[Listener]:
     conn = await asyncpg.connect(cyclone_env.dsn)
-    lst = Listener(conn, cyclone_env.client.channel)
+    lst = Listener(conn, cyclone_env.client._channel)
     await conn.add_listener(lst.channel, lst._on)
     try:
         yield lst

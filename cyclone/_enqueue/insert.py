@@ -99,7 +99,7 @@ def target_for(client: Client | None, tx: object) -> Target:
         return target
     if client is None:
         raise InvalidInputError("a client is needed to enqueue or submit")
-    services = client.services
+    services = client._services
     if tx is None:
         return OwnStatement(client, services.database, services.publisher)
     if isinstance(tx, TrackedConnection):

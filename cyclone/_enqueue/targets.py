@@ -50,7 +50,7 @@ class InsertSettings(Protocol):
     """What the insert path needs of a client (``cyclone.Client`` or ``cyclone.sync.Client``)."""
 
     @property
-    def queries(self) -> Queries: ...
+    def _queries(self) -> Queries: ...
     @property
     def payload_limit(self) -> int: ...
     @property
@@ -123,7 +123,7 @@ class DatabaseTarget:
 
     async def _insert_jobs(self, conn: db.Conn, plan: JobPlan, trace: str | None) -> bool:
         """Insert; return whether the statement carried its own wakeup."""
-        q, opts, kind = self.settings.queries, plan.options, plan.kind
+        q, opts, kind = self.settings._queries, plan.options, plan.kind
         if opts.sequence is not None:
             await db.sequence_lock(conn, q, kind.name, opts.sequence)
         inline = opts.sequence is None and opts.claimable_now()
@@ -183,7 +183,7 @@ class DatabaseTarget:
         return run_id, created
 
     async def _insert_run(self, plan: SubmitPlan, trace: str | None) -> tuple[uuid.UUID, bool]:
-        q = self.settings.queries
+        q = self.settings._queries
         async with self.connection(transaction=False) as conn:
             for _ in range(_KEY_TRIES):
                 run_id = uuid7()

@@ -187,15 +187,15 @@ class Run:
 
     async def status(self) -> RunState:
         """The run's current state."""
-        return await self.client.services.runs.status(self.id)
+        return await self.client._services.runs.status(self.id)
 
     async def wait(self, timeout: float | None = None) -> RunState:
         """Wait until the run ends and return its state; ``TimeoutError`` after ``timeout``."""
-        return await self.client.services.runs.wait(self.id, timeout)
+        return await self.client._services.runs.wait(self.id, timeout)
 
     async def info(self) -> RunInfo:
         """The run with its per-node states, attempts and errors."""
-        return await self.client.services.runs.info(self.id)
+        return await self.client._services.runs.info(self.id)
 
     async def cancel(self) -> bool:
         """Cancel the run; True if this call cancelled it.
@@ -204,16 +204,16 @@ class Run:
         and so is a failed one (a failed sequenced job then stops blocking its sequence). A
         completed or cancelled run is left as it is: False.
         """
-        return await self.client.services.runs.cancel(self.id)
+        return await self.client._services.runs.cancel(self.id)
 
     async def retry_all(self) -> None:
         """Re-open a failed run: every failed node gets a fresh attempt budget."""
-        await self.client.services.runs.retry(self.id, None)
+        await self.client._services.runs.retry(self.id, None)
 
     async def payloads(self) -> RunPayloads:
         """The run's input and output, and each node's output and signal payload (decoded
         JSON, untyped: for display and inspection)."""
-        return await self.client.services.runs.payloads(self.id)
+        return await self.client._services.runs.payloads(self.id)
 
     async def retry(self, node: str) -> None:
         """Reset one failed node; the run re-opens once no failed node is left.
@@ -221,7 +221,7 @@ class Run:
         A job's one node is named after its kind. :class:`UnknownKindError` if the run has
         no such node, :class:`InvalidStateError` if it has not failed.
         """
-        await self.client.services.runs.retry(self.id, node)
+        await self.client._services.runs.retry(self.id, node)
 
 
 class ResultRun(Run, Generic[Out_co]):
@@ -251,7 +251,7 @@ class ResultRun(Run, Generic[Out_co]):
         Raises :class:`RunFailedError`, :class:`RunCancelledError`, or
         :class:`NoOutputError` when the run has no result node.
         """
-        result: Out_co = await self.client.services.runs.result(self.id, self.output_type, timeout)
+        result: Out_co = await self.client._services.runs.result(self.id, self.output_type, timeout)
         return result
 
 

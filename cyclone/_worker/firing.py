@@ -60,8 +60,8 @@ class Firing:
 
         ``now`` (tests) stands for the database's clock. Returns the schedules claimed.
         """
-        q = self.client.queries
-        services = self.client.services
+        q = self.client._queries
+        services = self.client._services
         async with services.database.acquire() as conn:
             ttx, wakeups = track_wakeups(conn)
             async with services.database.transaction(ttx):
@@ -112,7 +112,7 @@ class Firing:
         last = next((runs[k] for k, _ in reversed(keyed) if k in runs), None)
         await db.schedule_advance(
             ttx.connection,
-            self.client.queries,
+            self.client._queries,
             name,
             next_at=due.next_at,
             last_slot=due.fire[-1] if due.fire else None,
@@ -165,7 +165,7 @@ class Firing:
         plan = plan_jobs(self.client, kind, [v for _, v in values], {})
         inserted = await db.schedule_job_insert_many(
             ttx.connection,
-            self.client.queries,
+            self.client._queries,
             kind=kind.name,
             queue=kind.queue,
             priority=kind.priority,

@@ -75,7 +75,7 @@ class Scheduler:
     async def start(self) -> None:
         """Upsert the declared schedules, then start the timer in the running loop."""
         await self.declare()
-        notifier = self.client.services.notifier
+        notifier = self.client._services.notifier
         if notifier is not None:
             self._unsubscribe = notifier.subscribe_queues(self._on_wakeup)
             notifier.acquire()
@@ -91,8 +91,8 @@ class Scheduler:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-            assert self.client.services.notifier is not None  # subscribed through it
-            await self.client.services.notifier.release()
+            assert self.client._services.notifier is not None  # subscribed through it
+            await self.client._services.notifier.release()
 
     def wake(self) -> None:
         """Re-read when the timer is due now (a schedule changed)."""
@@ -108,8 +108,8 @@ class Scheduler:
             return
         now = dt.datetime.now(dt.UTC)
         rows = [(s.name, definition(s, now)) for s in self.declared.values()]
-        async with self.client.services.database.acquire() as conn:
-            await db.schedule_declare_many(conn, self.client.queries, self.lease, rows)
+        async with self.client._services.database.acquire() as conn:
+            await db.schedule_declare_many(conn, self.client._queries, self.lease, rows)
 
     async def _run(self) -> None:
         refreshed = time.monotonic()
@@ -118,9 +118,9 @@ class Scheduler:
             delay = self.poll
             try:
                 if self.declared and time.monotonic() - refreshed >= self.lease / 3:
-                    async with self.client.services.database.acquire() as conn:
+                    async with self.client._services.database.acquire() as conn:
                         await db.schedule_refresh(
-                            conn, self.client.queries, self.lease, sorted(self.declared)
+                            conn, self.client._queries, self.lease, sorted(self.declared)
                         )
                     refreshed = time.monotonic()
                 delay = await self._step()
@@ -142,9 +142,9 @@ class Scheduler:
 
     async def _step(self) -> float:
         """Fire what is due now; return how long to sleep before looking again."""
-        async with self.client.services.database.acquire() as conn:
+        async with self.client._services.database.acquire() as conn:
             due = await db.schedule_next_due(
-                conn, self.client.queries, sorted(self.declared), self._firing.targets, None
+                conn, self.client._queries, sorted(self.declared), self._firing.targets, None
             )
         now: dt.datetime = due["now"]
         slot = due["schedule_due"]
@@ -156,7 +156,7 @@ class Scheduler:
             # Once per due time: one that stays due (its run is locked, say) waits for the
             # maintenance pass instead of spinning this loop.
             self._handled_overdue = overdue
-            await maintenance.expire_overdue(self.client.services, worker_id=self.worker_id)
+            await maintenance.expire_overdue(self.client._services, worker_id=self.worker_id)
             return 0.0
         soonest: dt.datetime | None = min(
             (t for t in (slot, overdue) if t is not None and t > now), default=None

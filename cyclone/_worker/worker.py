@@ -100,7 +100,7 @@ class Worker(AsyncResource):
         schedules: Sequence[Schedule[Any]] = (),
     ) -> None:
         self.client = client
-        services = self._services = client.services
+        services = self._services = client._services
         self.wait_for_schema = bool(wait_for_schema)
         self._steps: dict[str, Step[Any, Any]] = {}
         self._workflows: dict[str, Workflow[Any]] = {}
@@ -335,7 +335,7 @@ class Worker(AsyncResource):
             await self._leases.idle.wait()
             async with self._services.database.acquire() as conn:
                 if not await db.task_pending_work(
-                    conn, self.client.queries, self._kinds, self._workflow_names
+                    conn, self.client._queries, self._kinds, self._workflow_names
                 ):
                     return
             for producer in self._producers.values():
@@ -367,7 +367,7 @@ class Worker(AsyncResource):
         """Record this worker as live for a few more heartbeats, with what it claims."""
         await db.worker_present(
             conn,
-            self.client.queries,
+            self.client._queries,
             self.id,
             socket.gethostname(),
             os.getpid(),
@@ -381,7 +381,7 @@ class Worker(AsyncResource):
         """Remove this worker's presence row (it would expire by itself anyway)."""
         try:
             async with self._services.database.acquire() as conn:
-                await db.worker_leave(conn, self.client.queries, self.id)
+                await db.worker_leave(conn, self.client._queries, self.id)
         except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
             logger.warning(
                 "worker %s: removing its presence row failed: %s; it expires in %.3g s",

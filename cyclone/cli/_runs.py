@@ -209,7 +209,7 @@ def purge(ctx: click.Context, older_than: str, state: tuple[str, ...]) -> None:
                 seen += count
                 progress.update(task, advance=count, description=f"purged {seen}")
 
-            return await client.services.runs.purge(
+            return await client._services.runs.purge(
                 [(s, age) for s in states], PURGE_BATCH, batches=None, on_batch=purged
             )
 

@@ -55,8 +55,8 @@ def migrate(ctx: click.Context) -> None:
         # A schema migrated by a newer cyclone-pg is not up to date for this one: the check
         # says so (SchemaVersionError) and what to do. Only the migrations are checked: the
         # pool's route (a pooler's settings) is the worker's concern, not the migration's.
-        async with client.services.database.acquire() as conn:
-            await check_migrations(conn, client.queries)
+        async with client._services.database.acquire() as conn:
+            await check_migrations(conn, client._queries)
         return applied
 
     applied = with_client(ctx, go, check=False)
@@ -223,7 +223,7 @@ def worker(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
         # Until the database answers (and is migrated, with --wait-for-migrations), or a signal.
-        ready = client.services.database.wait_until_ready(wait_for_schema=wait_for_migrations)
+        ready = client._services.database.wait_until_ready(wait_for_schema=wait_for_migrations)
         if not await _unless_stopped(stop, ready):
             return
         w = await build(client)

@@ -53,7 +53,7 @@ class SyncListener:
 
 @pytest.fixture
 def sync_listener(cyclone_env: CycloneEnv) -> Iterator[SyncListener]:
-    listener = SyncListener(cyclone_env.dsn, cyclone_env.client.channel)
+    listener = SyncListener(cyclone_env.dsn, cyclone_env.client._channel)
     try:
         yield listener
     finally:

@@ -35,11 +35,11 @@ async def test_concurrent_migrations_apply_once(cyclone_env: CycloneEnv) -> None
 async def test_upgrading_keeps_live_work(cyclone_env: CycloneEnv) -> None:
     """Work enqueued before a migration is claimed and completed after it."""
     client = cyclone.Client(cyclone_env.pool, schema="upgraded")
-    latest = client.queries.migrations
-    client.queries.migrations = latest[:2]  # as an install of the version before 0003
+    latest = client._queries.migrations
+    client._queries.migrations = latest[:2]  # as an install of the version before 0003
     assert await client.migrate() == [1, 2]
     runs = await echo.enqueue_many(client, [1, 2, 3])
-    client.queries.migrations = latest
+    client._queries.migrations = latest
     assert await client.migrate() == [m.version for m in latest[2:]]
     async with fast_worker(client, steps=[echo]):
         assert [await r.result(timeout=30) for r in runs] == [1, 2, 3]
@@ -49,11 +49,11 @@ async def test_upgrading_beside_a_live_workflow_transition(cyclone_env: CycloneE
     """A worker still running (a workflow transition: the run row, then its tasks) while
     another process migrates: neither deadlocks; the migration waits its turn."""
     client = cyclone.Client(cyclone_env.pool, schema="live")
-    latest = client.queries.migrations
-    client.queries.migrations = latest[:2]
+    latest = client._queries.migrations
+    client._queries.migrations = latest[:2]
     await client.migrate()
     run = await echo.enqueue(client, 1)
-    client.queries.migrations = latest
+    client._queries.migrations = latest
     worker = await asyncpg.connect(cyclone_env.dsn)
     try:
         transition = worker.transaction()
@@ -170,7 +170,7 @@ async def test_enqueue_many_is_one_statement(cyclone_env: CycloneEnv) -> None:
 async def test_worker_and_client_survive_dropped_connections(cyclone_env: CycloneEnv) -> None:
     client = cyclone_env.client
     async with fast_worker(client, steps=[echo]):
-        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
+        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
         first = await echo.enqueue(client, 1)
         assert await first.result(timeout=30) == 1
         # Drop every other session, as a failover or a restarted proxy would.
@@ -192,7 +192,7 @@ async def test_worker_and_client_survive_dropped_connections(cyclone_env: Cyclon
                     # A pooled connection that died fails its next statement, once.
                     await asyncio.sleep(0.05)
         assert await second.result(timeout=60) == 2
-        await asyncio.wait_for(client.services.notifier.connected.wait(), 60)  # it reconnected
+        await asyncio.wait_for(client._services.notifier.connected.wait(), 60)  # it reconnected
 
 
 async def test_unique_enqueue_needs_no_transaction(cyclone_env: CycloneEnv) -> None:

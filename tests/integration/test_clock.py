@@ -23,7 +23,7 @@ async def later(ctx: cyclone.Context, n: int) -> int:
 
 async def test_work_due_later_is_claimable_once_the_clock_moves(cyclone_env: CycloneEnv) -> None:
     run = await later.enqueue(cyclone_env.client, 1, process_in=dt.timedelta(hours=1))
-    q = Queries(cyclone_env.client.queries.schema, clock=MOVABLE)
+    q = Queries(cyclone_env.client._queries.schema, clock=MOVABLE)
     async with cyclone_env.pool.acquire() as conn:
         assert await db.task_claim(conn, q, "clock", [later.name], 10, 30.0, "w", []) == []
         assert not await db.task_pending_work(conn, q, [later.name], [])
@@ -35,7 +35,7 @@ async def test_work_due_later_is_claimable_once_the_clock_moves(cyclone_env: Cyc
 
 async def test_a_lease_expires_once_the_clock_moves_past_it(cyclone_env: CycloneEnv) -> None:
     run = await later.enqueue(cyclone_env.client, 2)
-    q = Queries(cyclone_env.client.queries.schema, clock=MOVABLE)
+    q = Queries(cyclone_env.client._queries.schema, clock=MOVABLE)
     async with cyclone_env.pool.acquire() as conn:
         (task,) = await db.task_claim(conn, q, "clock", [later.name], 10, 30.0, "w1", [])
         assert await db.task_reclaim(conn, q, 100) == []

@@ -68,7 +68,7 @@ pair.node(patient)
 async def failed_while_patient_runs(env: CycloneEnv) -> tuple[cyclone.Run, asyncpg.Record]:
     """A run of ``pair`` failed by its quick node's last attempt while its patient node runs;
     the patient node's claimed task."""
-    q = env.client.queries
+    q = env.client._queries
     run = await pair.submit(env.client, 1)
     async with env.pool.acquire() as conn:
         rows = await db.task_claim(
@@ -98,7 +98,7 @@ async def test_a_failed_runs_node_that_ends_an_attempt_is_parked(
     handler failed, or its lease ran out). The run starts nothing more, so no available task
     may stay behind: it would count as backlog forever and keep the run from being purged.
     The node is parked, and a retry of the run goes on with its attempts."""
-    client, q = cyclone_env.client, cyclone_env.client.queries
+    client, q = cyclone_env.client, cyclone_env.client._queries
     run, second = await failed_while_patient_runs(cyclone_env)
     async with cyclone_env.pool.acquire() as conn:
         if how == "retried":
@@ -150,7 +150,7 @@ async def test_cancel_waiting_on_a_job_retry_leaves_no_task(cyclone_env: Cyclone
     """A retry re-opens a failed job and queues a new task; a cancel arrives while the retry's
     transaction holds the run. The cancel must see the new task once it gets the run, or the
     cancelled run keeps a claimable-looking task forever (and is never purged)."""
-    q = cyclone_env.client.queries
+    q = cyclone_env.client._queries
     run = await once.enqueue(cyclone_env.client, 1)
     async with cyclone_env.pool.acquire() as conn:
         [row] = await db.task_claim(conn, q, "default", ["failed.once"], 1, 30.0, "w", [])

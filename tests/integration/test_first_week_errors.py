@@ -87,10 +87,10 @@ async def test_a_schema_that_lacks_the_newest_migration_says_to_migrate(
 ) -> None:
     """The tables exist but a column a later migration adds does not."""
     client = cyclone.Client(cyclone_env.pool, schema="older")
-    latest = client.queries.migrations
-    client.queries.migrations = latest[:-1]  # as an install of the version before the last
+    latest = client._queries.migrations
+    client._queries.migrations = latest[:-1]  # as an install of the version before the last
     await client.migrate()
-    client.queries.migrations = latest
+    client._queries.migrations = latest
     run = await add.enqueue(client, 1)  # a job without a group writes no newer column
     assert await run.status() is cyclone.RunState.PENDING
     with pytest.raises(cyclone.SchemaNotMigratedError) as raised:

@@ -36,7 +36,7 @@ async def claim(env: CycloneEnv, step: cyclone.Step[int, int], worker: str = "w"
     """Claim the one task of ``step`` as worker ``worker``, as a producer would."""
     async with env.pool.acquire() as conn:
         [row] = await db.task_claim(
-            conn, env.client.queries, step.queue, [step.name], 1, 30.0, worker, []
+            conn, env.client._queries, step.queue, [step.name], 1, 30.0, worker, []
         )
     return Claimed.from_row(row, queue=step.queue, worker="")
 
@@ -56,7 +56,7 @@ async def flaky_claimed(env: CycloneEnv) -> tuple[cyclone.ResultRun[int], Claime
 @contextlib.asynccontextmanager
 async def running_completer(env: CycloneEnv) -> AsyncIterator[Completer]:
     """A completer writing outcomes until the block ends."""
-    completer = Completer(env.client.services.database, env.client.services.publisher, bound=10)
+    completer = Completer(env.client._services.database, env.client._services.publisher, bound=10)
     completer.start()
     try:
         yield completer
@@ -94,7 +94,7 @@ async def test_completion_waiting_on_a_reclaim_is_rejected(cyclone_env: CycloneE
     ):
         tx = reclaimer.transaction()
         await tx.start()
-        assert len(await db.task_reclaim(reclaimer, cyclone_env.client.queries, 10)) == 1
+        assert len(await db.task_reclaim(reclaimer, cyclone_env.client._queries, 10)) == 1
         completing = completer.submit(Completed(claimed, "1"))
         await waiting_on_a_lock(cyclone_env)  # the completion waits for the reclaim
         await tx.commit()
@@ -111,13 +111,13 @@ async def test_reclaim_skips_a_task_being_completed(cyclone_env: CycloneEnv) -> 
         await tx.start()
         rows = await db.job_complete_many(
             completer,
-            cyclone_env.client.queries,
+            cyclone_env.client._queries,
             db.Completions([claimed.run_id], [claimed.id], [claimed.claims], ["1"]),
         )
         assert len(rows) == 1
         # Maintenance runs meanwhile: SKIP LOCKED passes the task by instead of waiting.
         await asyncio.wait_for(
-            maintenance.run_once(cyclone_env.client.services, None, worker_id="m"), 30
+            maintenance.run_once(cyclone_env.client._services, None, worker_id="m"), 30
         )
         await tx.commit()
     info = await run.info()
@@ -169,7 +169,7 @@ async def test_a_failure_whose_reply_was_lost_counts_as_accepted(
 async def test_only_the_completing_attempt_is_confirmed(cyclone_env: CycloneEnv) -> None:
     """The record names the attempt (task id, claim count) that completed a job or node."""
     run, claimed = await claimed_with_expired_lease(cyclone_env)
-    q = cyclone_env.client.queries
+    q = cyclone_env.client._queries
     task, claims = claimed.id, claimed.claims
 
     async def confirmed(node: str | None, task: int, claims: int) -> bool:
@@ -191,7 +191,7 @@ async def test_released_and_failed_attempts_are_named_by_the_record(
     cyclone_env: CycloneEnv,
 ) -> None:
     """The record tells which attempt put its task back, or failed it, and no other."""
-    q = cyclone_env.client.queries
+    q = cyclone_env.client._queries
     run, c = await flaky_claimed(cyclone_env)
     async with cyclone_env.pool.acquire() as conn:
 
@@ -225,7 +225,7 @@ async def test_a_stale_attempt_of_a_retried_job_is_not_confirmed(
     """Retrying a failed job starts its attempts from 1 again, so an attempt number names no
     attempt for good. A stale attempt 1 whose write failed once must stay rejected after the
     retried job's own attempt 1 completed."""
-    q = cyclone_env.client.queries
+    q = cyclone_env.client._queries
     run, stale = await claimed_with_expired_lease(cyclone_env)
     async with cyclone_env.pool.acquire() as conn, conn.transaction():
         # Maintenance fails the job: its last attempt's lease expired.

@@ -37,7 +37,7 @@ def scans(plan: object) -> set[str]:
 
 
 async def explain(env: CycloneEnv, name: str, *args: object) -> set[str]:
-    text = await env.pool.fetchval(f"EXPLAIN (FORMAT JSON) {env.client.queries[name]}", *args)
+    text = await env.pool.fetchval(f"EXPLAIN (FORMAT JSON) {env.client._queries[name]}", *args)
     return scans(json.loads(text))
 
 
@@ -53,7 +53,7 @@ async def each_plan(
         for mode in ("custom", "generic"):
             await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
             for name, args in statements:
-                statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {env.client.queries[name]}")
+                statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {env.client._queries[name]}")
                 yield name, args, mode, json.loads(await statement.fetchval(*args))
 
 
@@ -122,7 +122,7 @@ async def test_outcome_writes_find_tasks_by_key_with_many_running(
     for _ in range(5):
         await noop.enqueue_many(cyclone_env.client, list(range(2_000)))
     await cyclone_env.pool.execute("ANALYZE")
-    q = cyclone_env.client.queries
+    q = cyclone_env.client._queries
     async with cyclone_env.pool.acquire() as conn:
         rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 5_000, 30.0, "w", [])
     some = rows[:100]
@@ -195,7 +195,7 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
     await pool.execute("VACUUM ANALYZE")
     for _ in range(5):
         await noop.enqueue_many(cyclone_env.client, list(range(2_000)))
-    q = cyclone_env.client.queries
+    q = cyclone_env.client._queries
     async with pool.acquire() as conn:
         rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 200, 30.0, "w", [])
     run_ids, ids = [r["run_id"] for r in rows], [r["id"] for r in rows]
@@ -272,7 +272,7 @@ async def test_workflow_plans_read_steps_and_edges_by_key_with_stale_statistics(
     await pool.execute("VACUUM ANALYZE")
     for i in range(300):
         await flow.submit(client, i)
-    q = client.queries
+    q = client._queries
     async with pool.acquire() as conn:
         # The whole burst: node_advance and the outcome writes planned for a large batch.
         rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 300, 30.0, "w", ["plan.flow"])
@@ -344,7 +344,7 @@ async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv)
     for tenant in range(20):
         await noop.enqueue_many(client, list(range(500)), group=f"t{tenant}")
     await noop.enqueue_many(client, list(range(500)))
-    q = client.queries
+    q = client._queries
     async with pool.acquire() as conn:
         rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 30, 30.0, "w", [])
     assert len({r["id"] for r in rows}) == len(rows) > 0
@@ -389,7 +389,7 @@ async def test_a_claim_without_limits_or_keys_counts_nothing(cyclone_env: Cyclon
     group keys and once for its tasks, and never counts running tasks (the lease index) nor
     reads the per-key starts log, whatever runs. Beside it, a limited queue with keys counts
     them (the same statement: the branches are chosen as it runs)."""
-    client, pool, q = cyclone_env.client, cyclone_env.pool, cyclone_env.client.queries
+    client, pool, q = cyclone_env.client, cyclone_env.pool, cyclone_env.client._queries
     await noop.enqueue_many(client, list(range(2_000)))
     async with pool.acquire() as conn:  # some running already, as a limit would count them
         assert len(await db.task_claim(conn, q, "plans", ["plan.noop"], 20, 30.0, "w", [])) == 20
@@ -445,7 +445,7 @@ async def test_a_long_backlog_does_not_make_the_claim_costly_enough_to_compile(
         await conn.execute("SET jit = on; SET jit_above_cost = 100000")
         for mode in ("custom", "generic"):
             await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
-            statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {client.queries[claim]}")
+            statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {client._queries[claim]}")
             for limit in (16, db.CLAIM_MAX):
                 plan = json.loads(
                     await statement.fetchval("plans", ["plan.noop"], limit, 30.0, "w", [])
@@ -453,7 +453,7 @@ async def test_a_long_backlog_does_not_make_the_claim_costly_enough_to_compile(
                 assert plan[0]["Plan"]["Total Cost"] < 100_000, (mode, limit, plan)
         async with conn.transaction():
             text = await conn.fetchval(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) {client.queries[claim]}",
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {client._queries[claim]}",
                 *("plans", ["plan.noop"], 16, 30.0, "w", []),
             )
             assert "JIT" not in json.loads(text)[0]
@@ -470,10 +470,10 @@ async def test_a_claim_locks_only_what_it_takes_under_the_cap(
     await noop.enqueue_many(client, list(range(20)))
     unlocked = "SELECT count(*) FROM (SELECT 1 FROM cyclone_tasks FOR UPDATE SKIP LOCKED) t"
     async with pool.acquire() as first, pool.acquire() as second, first.transaction():
-        mine = await claim(first, client.queries, "plans", [noop.name], 5, 30.0, "a", [])
+        mine = await claim(first, client._queries, "plans", [noop.name], 5, 30.0, "a", [])
         async with second.transaction():
             assert await second.fetchval(unlocked) == 15
-        theirs = await claim(second, client.queries, "plans", [noop.name], 5, 30.0, "b", [])
+        theirs = await claim(second, client._queries, "plans", [noop.name], 5, 30.0, "b", [])
     assert len(mine) == len(theirs) == 5
     assert {r["id"] for r in mine}.isdisjoint({r["id"] for r in theirs})
 
@@ -486,7 +486,7 @@ async def test_the_claims_settle_on_their_cached_generic_plans(cyclone_env: Cycl
     client, pool = cyclone_env.client, cyclone_env.pool
     await noop.enqueue_many(client, list(range(1_000)))
     await pool.execute("ANALYZE")
-    q = client.queries
+    q = client._queries
     async with pool.acquire() as conn:
         for _ in range(20):
             assert len(await db.task_claim_plain(conn, q, "plans", [noop.name], 10, 30, "w", []))
@@ -524,7 +524,7 @@ async def test_outcome_batches_cost_linearly(cyclone_env: CycloneEnv) -> None:
     jobs probed the batch's runs once per completed task (a nested loop over the index scan
     by ``id = ANY``: 64 x 64 probes), and the completion of nodes, the advance of their runs
     and the parking of retries scanned the steps per row likewise."""
-    client, pool, q = cyclone_env.client, cyclone_env.pool, cyclone_env.client.queries
+    client, pool, q = cyclone_env.client, cyclone_env.pool, cyclone_env.client._queries
     for i in range(200):  # first: the first claim serving the workflow takes its nodes
         await flow.submit(client, i)
     await noop.enqueue_many(client, list(range(2_000)))

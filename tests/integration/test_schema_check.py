@@ -28,16 +28,16 @@ async def test_an_unmigrated_schema(cyclone_env: CycloneEnv) -> None:
         "schema 'nothing_here' has no Cyclone tables: run `cyclone migrate` "
         "(or `await client.migrate()`)"
     )
-    assert caught.value.missing == [m.version for m in client.queries.migrations]
+    assert caught.value.missing == [m.version for m in client._queries.migrations]
     assert isinstance(caught.value, cyclone.CycloneError)
 
 
 async def test_a_partly_migrated_schema(cyclone_env: CycloneEnv) -> None:
     client = cyclone.Client(cyclone_env.pool, schema="older")
-    latest = client.queries.migrations
-    client.queries.migrations = latest[:2]  # as an install of the version before 0003
+    latest = client._queries.migrations
+    client._queries.migrations = latest[:2]  # as an install of the version before 0003
     await client.migrate()
-    client.queries.migrations = latest
+    client._queries.migrations = latest
     with pytest.raises(cyclone.SchemaNotMigratedError) as caught:
         await client.check_schema()
     missing = ", ".join(str(m.version) for m in latest[2:])
@@ -59,7 +59,7 @@ async def test_a_schema_newer_than_the_code(cyclone_env: CycloneEnv) -> None:
         await client.check_schema()
     assert str(caught.value) == (
         "schema 'newer' has Cyclone migrations 9999, newer than this version of cyclone-pg "
-        f"knows (up to {client.queries.migrations[-1].version}): upgrade cyclone-pg on this host"
+        f"knows (up to {client._queries.migrations[-1].version}): upgrade cyclone-pg on this host"
     )
     # Waiting cannot mend it: even a worker told to wait refuses at once.
     worker = cyclone.Worker(client, steps=[echo], wait_for_schema=True, **TEST_WORKER_OPTIONS)

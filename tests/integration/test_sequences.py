@@ -137,7 +137,9 @@ async def test_deadline_after_the_last_failure_leaves_the_blocker(cyclone_env: C
     assert await head.status() is cyclone.RunState.FAILED
     # Maintenance had read the run as overdue before the failure committed, and acts now.
     async with cyclone_env.pool.acquire() as conn, conn.transaction():
-        effects = await transitions.expire_deadline(conn, client.queries, head.id, "null", job=True)
+        effects = await transitions.expire_deadline(
+            conn, client._queries, head.id, "null", job=True
+        )
     assert not effects.ended
     state = await cyclone_env.pool.fetchval(
         "SELECT state FROM cyclone_tasks WHERE run_id = $1", head.id

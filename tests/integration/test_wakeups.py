@@ -303,7 +303,7 @@ async def test_maintenance_announces_what_committed_when_a_later_step_fails(
     client = cyclone_env.client
     await mail.enqueue(client, 1)
     async with cyclone_env.pool.acquire() as conn:
-        await db.task_claim(conn, client.queries, "mail", ["mail.send"], 1, 30.0, "w", [])
+        await db.task_claim(conn, client._queries, "mail", ["mail.send"], 1, 30.0, "w", [])
         await conn.execute("UPDATE cyclone_tasks SET lease_until = now() - interval '1 hour'")
     await client.aclose()
     await listener.settle()
@@ -353,7 +353,7 @@ async def test_the_coalescing_window_holds_under_steady_publishing(
     once per window: not back to back once the first window has closed."""
     window = 0.2
     client = cyclone.Client(cyclone_env.pool, notify_coalesce=window)
-    publisher = client.services.publisher
+    publisher = client._services.publisher
     loop = asyncio.get_running_loop()
     end = loop.time() + 1.0
     while loop.time() < end:
@@ -371,7 +371,7 @@ async def test_run_ends_of_steady_outcome_writes_share_their_notifies(
 ) -> None:
     """Run ends announced after every batch go out at most once per ENDS_LAG while they keep
     coming (one NOTIFY each, back to back, before): each NOTIFY is a durable commit."""
-    publisher = cyclone_env.client.services.publisher
+    publisher = cyclone_env.client._services.publisher
     ended = Effects(ended={uuid.uuid4()})  # the same payload each time: one per NOTIFY
     loop = asyncio.get_running_loop()
     end = loop.time() + 0.5
@@ -391,13 +391,13 @@ async def test_this_process_gets_its_wakeups_without_waiting_for_them_to_come_ba
     async with queue_wakeups(client) as seen, cyclone_env.pool.acquire() as conn:
         # Sent in a transaction that is still open, the NOTIFY cannot have come back yet.
         async with conn.transaction():
-            await client.services.publisher.send(["q:mail"], conn)
+            await client._services.publisher.send(["q:mail"], conn)
             assert seen.queues == ["mail"]
         # It comes back once committed, and is not dispatched a second time.
         await listener.settle()
         assert listener.counts() == {"q:mail": 1}
-        await conn.execute("SELECT pg_notify($1, 'q:mail')", client.channel)  # another's
-        await conn.execute("SELECT pg_notify($1, 'q:last')", client.channel)
+        await conn.execute("SELECT pg_notify($1, 'q:mail')", client._channel)  # another's
+        await conn.execute("SELECT pg_notify($1, 'q:last')", client._channel)
         await seen.until(3)  # delivered in order: the first came back before these
         assert seen.queues == ["mail", "mail", "last"]
 
@@ -409,8 +409,8 @@ async def test_a_wakeup_whose_notify_failed_lets_the_next_notification_through(
     async with queue_wakeups(client) as seen:
         closed = await asyncpg.connect(cyclone_env.dsn)
         await closed.close()
-        await client.services.publisher.send(["q:sms"], closed)  # logged, not raised
+        await client._services.publisher.send(["q:sms"], closed)  # logged, not raised
         assert seen.queues == ["sms"]
-        await cyclone_env.pool.execute("SELECT pg_notify($1, 'q:sms')", client.channel)
+        await cyclone_env.pool.execute("SELECT pg_notify($1, 'q:sms')", client._channel)
         await seen.until(2)
         assert seen.queues == ["sms", "sms"]

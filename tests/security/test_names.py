@@ -53,12 +53,12 @@ def test_the_schema_name_is_the_only_text_put_into_sql() -> None:
 async def test_the_longest_schema_name_keeps_its_channel(cyclone_env: CycloneEnv) -> None:
     schema = "s" * 55
     client = cyclone.Client(cyclone_env.pool, schema=schema)
-    assert len(client.channel) == 63  # PostgreSQL's limit, not cut
+    assert len(client._channel) == 63  # PostgreSQL's limit, not cut
     await client.migrate()
     run = await echo.enqueue(client, {"n": 1})
     # A poll a minute: the wakeup on the 63-character channel does it.
     async with cyclone.Worker(client, steps=[echo], poll_interval=60.0):
-        await client.services.notifier.connected.wait()
+        await client._services.notifier.connected.wait()
         assert await run.result(timeout=30) == {"n": 1}
         second = await echo.enqueue(client, {"n": 2})
         assert await second.result(timeout=30) == {"n": 2}

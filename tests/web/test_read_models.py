@@ -112,7 +112,7 @@ async def test_watch_is_set_by_new_work_and_ended_runs(cyclone_env: CycloneEnv) 
 
 
 async def explain(env: CycloneEnv, name: str, *args: object) -> set[str]:
-    text = await env.pool.fetchval(f"EXPLAIN (FORMAT JSON) {env.client.queries[name]}", *args)
+    text = await env.pool.fetchval(f"EXPLAIN (FORMAT JSON) {env.client._queries[name]}", *args)
     return scans(json.loads(text))
 
 
