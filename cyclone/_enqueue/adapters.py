@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -74,12 +75,16 @@ class Adapter:
 
 _adapters: dict[str, Adapter] = {}
 _looked_up: set[str] = set()
+# The synchronous client runs in many threads: the first objects of a package can be met in
+# two at once, and the second must wait for the first's load, not find no adapter meanwhile.
+_loading = threading.Lock()
 
 
 def register(package: str, adapter: Adapter) -> None:
     """Use ``adapter`` for the objects of the top-level package ``package``."""
-    _adapters[package] = adapter
-    _looked_up.add(package)
+    with _loading:
+        _adapters[package] = adapter
+        _looked_up.add(package)
 
 
 def adapter_for(obj: object) -> Adapter | None:
@@ -87,9 +92,17 @@ def adapter_for(obj: object) -> Adapter | None:
     for cls in type(obj).__mro__:
         package = cls.__module__.partition(".")[0]
         if package not in _looked_up:
-            _looked_up.add(package)
-            for entry in importlib.metadata.entry_points(group=GROUP, name=package):
-                _adapters[package] = entry.load()
+            _load(package)
         if package in _adapters:
             return _adapters[package]
     return None
+
+
+def _load(package: str) -> None:
+    """Load the entry points of ``package``, once; marked as looked up only when loaded."""
+    with _loading:
+        if package in _looked_up:  # another thread loaded it while this one waited
+            return
+        for entry in importlib.metadata.entry_points(group=GROUP, name=package):
+            _adapters[package] = entry.load()
+        _looked_up.add(package)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from typing import Any
 
 import pytest
 
@@ -52,3 +54,37 @@ def test_the_core_imports_no_integration_until_it_meets_one_of_their_objects() -
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_a_second_thread_waits_for_the_first_ones_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The synchronous client's threads can meet a library's first objects at once: the one
+    # that comes second must get the adapter, not None while the first one still loads it.
+    monkeypatch.setattr(adapters, "_adapters", {})
+    monkeypatch.setattr(adapters, "_looked_up", set())
+    mine, loading, release = adapters.Adapter(), threading.Event(), threading.Event()
+
+    class Entry:
+        def load(self) -> adapters.Adapter:
+            loading.set()
+            assert release.wait(30)
+            return mine
+
+    def entry_points(**selection: Any) -> list[Entry]:
+        return [Entry()] if selection["name"] == "tests" else []
+
+    monkeypatch.setattr(adapters.importlib.metadata, "entry_points", entry_points)
+    found: dict[str, adapters.Adapter | None] = {}
+
+    def look(who: str) -> None:
+        found[who] = adapters.adapter_for(Marker())
+
+    first = threading.Thread(target=look, args=("first",))
+    first.start()
+    assert loading.wait(30)
+    second = threading.Thread(target=look, args=("second",))
+    second.start()
+    second.join(1.0)  # without the lock it is back by now, with None
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert found == {"first": mine, "second": mine}
