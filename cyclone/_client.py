@@ -204,11 +204,14 @@ class Client(AsyncResource):
         even inside a transaction that ``track_wakeups(session)`` tracks (the innermost
         tracker gets each wakeup).
         """
-        adapter = adapter_for(conn)
-        if adapter is not None:
-            block = adapter.async_transaction(self._services.publisher.publish, conn)
-            if block is not None:
-                return block
+        if not isinstance(
+            conn, asyncpg.Connection | asyncpg.pool.PoolConnectionProxy | TrackedConnection
+        ):
+            adapter = adapter_for(conn)
+            if adapter is not None:
+                block = adapter.async_transaction(self._services.publisher.publish, conn)
+                if block is not None:
+                    return block
         return self._tracked_transaction(conn)
 
     @contextlib.asynccontextmanager
