@@ -1,6 +1,6 @@
 """psycopg 3 as a second driver for the same statements (the synchronous client's).
 
-Everything that talks to the database (``_queries`` and the insert path) is written once, as
+Everything that talks to the database (``queries`` and the insert path) is written once, as
 coroutines over asyncpg's call surface (``execute``, ``fetch``, ``fetchrow``, ``fetchval`` with
 ``$n`` parameters). :class:`PsycopgConnection` offers that surface over a psycopg connection:
 its methods are coroutines that do their work synchronously and never suspend, so

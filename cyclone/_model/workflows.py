@@ -1,6 +1,6 @@
 """DAG workflows: definition and validation, and the plan of rows a submit writes (pure).
 
-A submit turns into a :class:`SubmitPlan` here; the insert path (``_insert``) writes it.
+A submit turns into a :class:`SubmitPlan` here; the insert path (``cyclone._enqueue``) writes it.
 
 Nodes can only depend on nodes defined before them, so a definition is always acyclic and
 its definition order is a topological order. A submitted run stores its nodes and edges, so

@@ -148,7 +148,7 @@ def address(pool: asyncpg.Pool) -> str:
     hosts as written when it names several.
 
     asyncpg keeps the DSN and keyword arguments of a pool only in private attributes, as
-    ``_notifier.connect_like`` reads them; where neither names a host or port, libpq's
+    ``notifier.connect_like`` reads them; where neither names a host or port, libpq's
     defaults apply (``PGHOST``, ``PGPORT``, localhost:5432).
     """
     args: list[object] = list(pool._connect_args) or [None]  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ Every ``sql/*.sql`` file holds run-time statements, one per pipeline stage or fe
 in order, like a function: ``-- name: task_heartbeat(run_ids, ids, claims, lease)``; a long
 list may go on over the next ``--`` lines until its ``)``. Its text refers to them as
 ``:name``; the loader numbers them ``$1``, ``$2``... in the declared order (a name used twice
-is one parameter), so the server gets its own placeholders, and a wrapper in ``_queries``
+is one parameter), so the server gets its own placeholders, and a wrapper in ``queries``
 binds its values by name (:meth:`Queries.bind`). ``::type`` casts and the text of comments,
 strings and quoted identifiers are never parameters. Each name is defined once across the
 files. The comments are for readers of the files: the server gets each statement without

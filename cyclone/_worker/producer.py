@@ -325,7 +325,7 @@ class Producer:
         self._leases.finishing(claimed)  # the heartbeat must not cancel the hand-back
         try:
             _, accepted = await self._write(outcome, _Slot(None))
-        except Exception as exc:  # as _attempt's: the lease runs out, it is reclaimed
+        except Exception as exc:  # as _attempt()'s: the lease runs out, it is reclaimed
             logger.error(
                 "%s, claimed ahead: handing it back failed: %s: %s; the lease will run out",
                 claimed,

@@ -3,12 +3,12 @@ runs its lifecycle (start, stop, run, hurry, idle, drain).
 
 ::
 
-    NOTIFY / poll / freed slot ─> Producer (one per queue: _producer.py) claims tasks
-                                    └─> Executor (_executor.py) runs each attempt
-                                          └─> an outcome value (_attempt.py)
-                                                └─> Completer (_completer.py) writes it
-    LeaseKeeper (_leases.py): heartbeat, presence, cancels handlers whose task is gone
-    maintenance (_maintenance.py): reclaims expired leases, fails what is overdue
+    NOTIFY / poll / freed slot ─> Producer (one per queue: producer.py) claims tasks
+                                    └─> Executor (executor.py) runs each attempt
+                                          └─> an outcome value (outcomes.py)
+                                                └─> Completer (completer.py) writes it
+    LeaseKeeper (leases.py): heartbeat, presence, cancels handlers whose task is gone
+    maintenance (maintenance.py): reclaims expired leases, fails what is overdue
 """
 
 from __future__ import annotations

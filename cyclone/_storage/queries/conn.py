@@ -94,14 +94,19 @@ def missing_from_schema(q: Queries, exc: BaseException) -> SchemaNotMigratedErro
 # the synchronous client, psycopg's: both carry ``sqlstate``, read before anything else.
 
 
+def _raise_if_missing(q: Queries, exc: Exception) -> None:
+    """Raise the :class:`SchemaNotMigratedError` that ``exc`` stands for, if it is one."""
+    if (missing := missing_from_schema(q, exc)) is not None:
+        raise missing from exc
+
+
 async def execute(conn: Conn, q: Queries, statement: str, /, **params: object) -> None:
     """Run ``statement`` with its parameters by name."""
     sql, args = q.bind(statement, params)
     try:
         await conn.execute(sql, *args)
     except Exception as exc:
-        if (missing := missing_from_schema(q, exc)) is not None:
-            raise missing from exc
+        _raise_if_missing(q, exc)
         raise
 
 
@@ -111,8 +116,7 @@ async def fetch(conn: Conn, q: Queries, statement: str, /, **params: object) -> 
     try:
         return await conn.fetch(sql, *args)
     except Exception as exc:
-        if (missing := missing_from_schema(q, exc)) is not None:
-            raise missing from exc
+        _raise_if_missing(q, exc)
         raise
 
 
@@ -122,8 +126,7 @@ async def fetchrow(conn: Conn, q: Queries, statement: str, /, **params: object) 
     try:
         return await conn.fetchrow(sql, *args)
     except Exception as exc:
-        if (missing := missing_from_schema(q, exc)) is not None:
-            raise missing from exc
+        _raise_if_missing(q, exc)
         raise
 
 
@@ -133,6 +136,5 @@ async def fetchval(conn: Conn, q: Queries, statement: str, /, **params: object) 
     try:
         return await conn.fetchval(sql, *args)
     except Exception as exc:
-        if (missing := missing_from_schema(q, exc)) is not None:
-            raise missing from exc
+        _raise_if_missing(q, exc)
         raise
