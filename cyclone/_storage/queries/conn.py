@@ -10,6 +10,7 @@ not exist" becomes :class:`~cyclone.SchemaNotMigratedError`, which says to migra
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -102,39 +103,34 @@ def _raise_if_missing(q: Queries, exc: Exception) -> None:
 
 async def execute(conn: Conn, q: Queries, statement: str, /, **params: object) -> None:
     """Run ``statement`` with its parameters by name."""
-    sql, args = q.bind(statement, params)
-    try:
-        await conn.execute(sql, *args)
-    except Exception as exc:
-        _raise_if_missing(q, exc)
-        raise
+    await _send(conn.execute, q, statement, params)
 
 
 async def fetch(conn: Conn, q: Queries, statement: str, /, **params: object) -> list[Record]:
     """Run ``statement`` with its parameters by name; its rows."""
-    sql, args = q.bind(statement, params)
-    try:
-        return await conn.fetch(sql, *args)
-    except Exception as exc:
-        _raise_if_missing(q, exc)
-        raise
+    rows: list[Record] = await _send(conn.fetch, q, statement, params)
+    return rows
 
 
 async def fetchrow(conn: Conn, q: Queries, statement: str, /, **params: object) -> Record | None:
     """Run ``statement`` with its parameters by name; its first row, if any."""
-    sql, args = q.bind(statement, params)
-    try:
-        return await conn.fetchrow(sql, *args)
-    except Exception as exc:
-        _raise_if_missing(q, exc)
-        raise
+    row: Record | None = await _send(conn.fetchrow, q, statement, params)
+    return row
 
 
 async def fetchval(conn: Conn, q: Queries, statement: str, /, **params: object) -> Any:
     """Run ``statement`` with its parameters by name; the first column of its first row."""
+    return await _send(conn.fetchval, q, statement, params)
+
+
+async def _send(
+    method: Callable[..., Awaitable[Any]], q: Queries, statement: str, params: dict[str, object]
+) -> Any:
+    """Bind ``statement``'s parameters and send it with ``method`` (one of the connection's);
+    a schema that lacks Cyclone's objects raises :class:`SchemaNotMigratedError`."""
     sql, args = q.bind(statement, params)
     try:
-        return await conn.fetchval(sql, *args)
+        return await method(sql, *args)
     except Exception as exc:
         _raise_if_missing(q, exc)
         raise
