@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import asyncpg
 
 from cyclone._enqueue.adapters import adapter_for
+from cyclone._enqueue.insert import Inserter
 from cyclone._enqueue.wakeups import TrackedConnection, track_wakeups
 from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
+from cyclone._model.context import HandlerContext
 from cyclone._model.errors import InvalidInputError, ReadOnlyServerError
 from cyclone._model.handles import (
     QueueStats,
@@ -50,6 +52,8 @@ from cyclone._storage.loader import Queries
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
+
+    from cyclone._model.workflows import Node
 
 logger = logging.getLogger("cyclone")
 
@@ -113,9 +117,15 @@ class Client(AsyncResource):
             observers=self.observers,
         )
         """The client's parts, for Cyclone's own modules (internal, not a stable API)."""
+        self._inserter = Inserter(self)
+        """The insert path that ``step.enqueue`` and ``workflow.submit`` hand their calls to."""
 
     def __repr__(self) -> str:
         return f"<cyclone.Client schema={self.schema!r}>"
+
+    def _new_context(self, **fields: Any) -> Context:
+        # A worker's handlers get their contexts here, so that ``ctx.client`` is this client.
+        return Context(client=self, **fields)
 
     def observe(self, observer: Observer) -> None:
         """Report enqueues, claims, outcomes and spans of this client and its workers to
@@ -373,3 +383,20 @@ class Client(AsyncResource):
         finally:
             unsubscribe()
             await asyncio.shield(notifier.release())
+
+
+class Context(HandlerContext[Client]):
+    """What a handler knows about its attempt, passed as its first argument.
+
+    ``run_id``, ``node`` (None for a standalone job), ``kind``, ``attempt`` (1 for the first),
+    ``max_attempts``, ``queue`` and ``client`` (the worker's client).
+    """
+
+    @overload
+    async def output(self, node: Node[_T]) -> _T: ...
+    @overload
+    async def output(self, node: str) -> Any: ...
+    async def output(self, node: Node[Any] | str) -> Any:
+        """The decoded output of dependency ``node``: a node handle (``Node[Out]`` gives an
+        ``Out``) or its name (untyped)."""
+        return await super().output(node)

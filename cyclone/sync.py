@@ -323,7 +323,9 @@ class Client:
         self, tx: Any, workflow: Workflow[Any], key: str | None, input: Any, options: Any
     ) -> tuple[Run, bool]:
         target = self._target(tx)
-        run_id, created = run_sync(target.write_run(workflow.plan(self, key, input, options)))
+        run_id, created = run_sync(
+            target.write_run(workflow.plan(self.payload_limit, key, input, options))
+        )
         if isinstance(workflow, ResultWorkflow):
             return ResultRun(self, run_id, workflow.output_type), created
         return Run(self, run_id), created

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import asyncpg
 
@@ -36,31 +36,29 @@ from cyclone._enqueue.targets import (
 )
 from cyclone._enqueue.wakeups import TrackedConnection
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT, encode_array
-from cyclone._model.errors import InvalidInputError
-from cyclone._model.handles import ResultRun
+from cyclone._model.errors import ContextError, InvalidInputError
+from cyclone._model.handles import ResultRun, Run, RunService
 from cyclone._model.ids import uuid7_many
-from cyclone._model.options import EnqueueOptions, Options, parse
+from cyclone._model.options import EnqueueOptions, check_options
+from cyclone._model.workflows import ResultWorkflow, Workflow
 from cyclone._services.database import Database
 from cyclone._services.publisher import Publisher
 from cyclone._storage import queries as db
 
 if TYPE_CHECKING:
-    from cyclone._client import Client
     from cyclone._model.steps import Kind
+    from cyclone._services.bundle import Services
 
 # The option names a call takes at run time are the keys its TypedDict gives a type checker.
 ENQUEUE_OPTIONS = EnqueueOptions.__optional_keys__
 
 
-def check_options(options: Mapping[str, Any], allowed: frozenset[str], *, call: str) -> Options:
-    """Reject unknown option names, then parse the rest."""
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        known = ", ".join(sorted(allowed))
-        raise InvalidInputError(
-            f"unknown option(s) {', '.join(unknown)} for {call}; known: {known}"
-        )
-    return parse(**options)
+class InsertClient(InsertSettings, Protocol):
+    """What the asyncio insert path needs of a client (``cyclone.Client``): its settings,
+    and the services its own statements and wakeups go through."""
+
+    @property
+    def _services(self) -> Services: ...
 
 
 class OwnStatement(DatabaseTarget):
@@ -89,7 +87,7 @@ class OwnStatement(DatabaseTarget):
         self.publisher.wake(queues)
 
 
-def target_for(client: Client | None, tx: object) -> Target:
+def target_for(client: InsertClient | None, tx: object) -> Target:
     """The target that writes through ``tx`` (``None``: Cyclone's own statement; a ``tx``
     whose type has ``insert_target()``, the target that method gives)."""
     # Looked up on the type: cheaper than isinstance() on a runtime protocol, on every call.
@@ -145,16 +143,61 @@ def plan_jobs(
     )
 
 
-async def enqueue(
-    client: Client | None,
-    tx: object,
-    kind: Kind[Any, Any],
-    inputs: Sequence[Any],
-    options: Mapping[str, Any],
-) -> list[ResultRun[Any]]:
-    """Insert standalone jobs of ``kind`` on the asyncio client; handles in input order."""
-    target = target_for(client, tx)
-    plan = plan_jobs(client, kind, inputs, options)
-    if plan.ids:
-        await target.write_jobs(plan)
-    return [ResultRun(client, i, kind.output_type) for i in plan.ids]  # type: ignore[arg-type]
+class Inserter:
+    """A client's insert path (``client._inserter``): where ``step.enqueue``,
+    ``workflow.submit`` and their variants hand their calls. Without a client (a unit test's
+    context), it writes only to a ``tx`` that brings its own target (the test recorder)."""
+
+    def __init__(self, client: InsertClient | None) -> None:
+        self.client = client
+
+    async def enqueue(
+        self, tx: object, kind: Kind[Any, Any], inputs: Sequence[Any], options: Mapping[str, Any]
+    ) -> list[ResultRun[Any]]:
+        """Insert jobs of ``kind`` through ``tx`` (None: Cyclone's own statement); their
+        handles in input order."""
+        target = target_for(self.client, tx)
+        plan = plan_jobs(self.client, kind, inputs, options)
+        if plan.ids:
+            await target.write_jobs(plan)
+        owner = _Recorded() if self.client is None else self.client
+        return [ResultRun(owner, i, kind.output_type) for i in plan.ids]
+
+    async def submit(
+        self,
+        tx: object,
+        workflow: Workflow[Any],
+        key: str | None,
+        input: Any,
+        options: Mapping[str, Any],
+    ) -> tuple[Run, bool]:
+        """Submit a run of ``workflow`` through ``tx``; its handle, and whether this call
+        created it (a ``submit_once`` key may name an existing run)."""
+        target = target_for(self.client, tx)
+        plan = workflow.plan(payload_limit(self.client), key, input, options)
+        run_id, created = await target.write_run(plan)
+        owner = _Recorded() if self.client is None else self.client
+        if isinstance(workflow, ResultWorkflow):
+            return ResultRun(owner, run_id, workflow.output_type), created
+        return Run(owner, run_id), created
+
+
+class _Unwritten:
+    """The runs service of a handle on a run that a test recorder recorded instead of writing
+    (``cyclone.testing.new_context`` without a client): there is no run to read."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise ContextError(
+            "this run was recorded by a TxRecorder, not written: there is nothing to read; "
+            "give new_context a client= to enqueue for real"
+        )
+
+
+class _RecordedParts:
+    runs = cast("RunService", _Unwritten())
+
+
+class _Recorded:
+    """The client of a handle from a recorded insert."""
+
+    _services = _RecordedParts()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeAlias, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from cyclone._enqueue.adapters import adapter_for
 from cyclone._model.errors import LifecycleError
@@ -20,7 +20,7 @@ from cyclone._storage.queries.conn import Conn
 
 if TYPE_CHECKING:
     import psycopg
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
 
 logger = logging.getLogger("cyclone")
@@ -158,14 +158,6 @@ def track_wakeups(conn: Any) -> tuple[Any, Wakeups]:
         conn = conn.connection
     wakeups = Wakeups()
     return TrackedConnection(conn, wakeups), wakeups
-
-
-if TYPE_CHECKING:
-    Tx: TypeAlias = Conn | TrackedConnection | AsyncSession | AsyncConnection
-else:  # SQLAlchemy is optional: a type checker sees its session types, the runtime need not
-    Tx = Conn | TrackedConnection
-"""What a ``*_tx`` call accepts: an asyncpg connection in a transaction, a tracked one, or a
-SQLAlchemy ``AsyncSession``/``AsyncConnection`` on asyncpg in a transaction."""
 
 
 class SyncTrackedConnection(WakeupFrames):

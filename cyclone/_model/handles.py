@@ -1,8 +1,8 @@
 """Run handles and the read models returned by the client.
 
-A handle is an id and a client; it holds no connection. Every operation is the client's runs
-service's (``cyclone._services.runs``), on the client's pool, so a handle from ``*_tx`` raises
-:class:`RunNotFoundError` until its transaction commits.
+A handle is an id and the client's runs service (``cyclone._services.runs``); it holds no
+connection. Every operation is the runs service's, on the client's pool, so a handle from
+``*_tx`` raises :class:`RunNotFoundError` until its transaction commits.
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ import datetime as dt
 import enum
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
-
-if TYPE_CHECKING:
-    from cyclone._client import Client
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 Out = TypeVar("Out")
 # A handle only gives its output out: a ResultRun[bool] is a ResultRun[int].
@@ -167,13 +164,62 @@ class RunPage:
     next_cursor: str | None
 
 
+class RunService(Protocol):
+    """The reads and actions a handle delegates to (``cyclone._services.runs.Runs``)."""
+
+    async def status(self, run_id: uuid.UUID) -> RunState:
+        """The run's state."""
+        ...
+
+    async def wait(self, run_id: uuid.UUID, timeout: float | None) -> RunState:
+        """The run's state once it ends."""
+        ...
+
+    async def result(self, run_id: uuid.UUID, output_type: Any, timeout: float | None) -> Any:
+        """The run's decoded output once it ends."""
+        ...
+
+    async def info(self, run_id: uuid.UUID) -> RunInfo:
+        """The run with its nodes."""
+        ...
+
+    async def payloads(self, run_id: uuid.UUID) -> RunPayloads:
+        """The run's stored payloads."""
+        ...
+
+    async def cancel(self, run_id: uuid.UUID) -> bool:
+        """Cancel the run."""
+        ...
+
+    async def retry(self, run_id: uuid.UUID, node: str | None) -> None:
+        """Re-open a failed run, or one failed node of it."""
+        ...
+
+
+class RunServices(Protocol):
+    """The part of a client a handle keeps (``cyclone._services.bundle.Services``)."""
+
+    @property
+    def runs(self) -> RunService:
+        """Run reads and actions."""
+        ...
+
+
+class RunsClient(Protocol):
+    """What a handle is given as ``client``: a :class:`cyclone.Client`, whose runs service
+    it keeps."""
+
+    @property
+    def _services(self) -> RunServices: ...
+
+
 class Run:
     """A handle on one run."""
 
-    __slots__ = ("client", "id")
+    __slots__ = ("_runs", "id")
 
-    def __init__(self, client: Client, run_id: uuid.UUID) -> None:
-        self.client = client
+    def __init__(self, client: RunsClient, run_id: uuid.UUID) -> None:
+        self._runs: RunService = client._services.runs
         self.id = run_id
 
     def __repr__(self) -> str:
@@ -187,15 +233,15 @@ class Run:
 
     async def status(self) -> RunState:
         """The run's current state."""
-        return await self.client._services.runs.status(self.id)
+        return await self._runs.status(self.id)
 
     async def wait(self, timeout: float | None = None) -> RunState:
         """Wait until the run ends and return its state; ``TimeoutError`` after ``timeout``."""
-        return await self.client._services.runs.wait(self.id, timeout)
+        return await self._runs.wait(self.id, timeout)
 
     async def info(self) -> RunInfo:
         """The run with its per-node states, attempts and errors."""
-        return await self.client._services.runs.info(self.id)
+        return await self._runs.info(self.id)
 
     async def cancel(self) -> bool:
         """Cancel the run; True if this call cancelled it.
@@ -204,16 +250,16 @@ class Run:
         and so is a failed one (a failed sequenced job then stops blocking its sequence). A
         completed or cancelled run is left as it is: False.
         """
-        return await self.client._services.runs.cancel(self.id)
+        return await self._runs.cancel(self.id)
 
     async def retry_all(self) -> None:
         """Re-open a failed run: every failed node gets a fresh attempt budget."""
-        await self.client._services.runs.retry(self.id, None)
+        await self._runs.retry(self.id, None)
 
     async def payloads(self) -> RunPayloads:
         """The run's input and output, and each node's output and signal payload (decoded
         JSON, untyped: for display and inspection)."""
-        return await self.client._services.runs.payloads(self.id)
+        return await self._runs.payloads(self.id)
 
     async def retry(self, node: str) -> None:
         """Reset one failed node; the run re-opens once no failed node is left.
@@ -221,7 +267,7 @@ class Run:
         A job's one node is named after its kind. :class:`UnknownKindError` if the run has
         no such node, :class:`InvalidStateError` if it has not failed.
         """
-        await self.client._services.runs.retry(self.id, node)
+        await self._runs.retry(self.id, node)
 
 
 class ResultRun(Run, Generic[Out_co]):
@@ -235,13 +281,13 @@ class ResultRun(Run, Generic[Out_co]):
 
     @overload
     def __init__(
-        self: ResultRun[Out], client: Client, run_id: uuid.UUID, output_type: type[Out]
+        self: ResultRun[Out], client: RunsClient, run_id: uuid.UUID, output_type: type[Out]
     ) -> None: ...
     @overload
     def __init__(
-        self: ResultRun[Any], client: Client, run_id: uuid.UUID, output_type: Any
+        self: ResultRun[Any], client: RunsClient, run_id: uuid.UUID, output_type: Any
     ) -> None: ...
-    def __init__(self, client: Client, run_id: uuid.UUID, output_type: Any) -> None:
+    def __init__(self, client: RunsClient, run_id: uuid.UUID, output_type: Any) -> None:
         super().__init__(client, run_id)
         self.output_type = output_type
 
@@ -251,7 +297,7 @@ class ResultRun(Run, Generic[Out_co]):
         Raises :class:`RunFailedError`, :class:`RunCancelledError`, or
         :class:`NoOutputError` when the run has no result node.
         """
-        result: Out_co = await self.client._services.runs.result(self.id, self.output_type, timeout)
+        result: Out_co = await self._runs.result(self.id, self.output_type, timeout)
         return result
 
 

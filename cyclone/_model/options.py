@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from cyclone._model.errors import InvalidInputError, InvalidNameError
 from cyclone._model.keys import validate_key
@@ -134,3 +135,14 @@ def parse(
         run_deadline=None if run_deadline is None else _aware(run_deadline, what="run_deadline"),
         group=None if group is None else validate_key(group, what="group key"),
     )
+
+
+def check_options(options: Mapping[str, Any], allowed: frozenset[str], *, call: str) -> Options:
+    """Reject unknown option names, then parse the rest."""
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        known = ", ".join(sorted(allowed))
+        raise InvalidInputError(
+            f"unknown option(s) {', '.join(unknown)} for {call}; known: {known}"
+        )
+    return parse(**options)

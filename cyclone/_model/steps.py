@@ -12,19 +12,17 @@ import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, overload
 
-from cyclone._enqueue import insert
-from cyclone._enqueue.wakeups import Tx
 from cyclone._model import codec
+from cyclone._model.context import HandlerContext
 from cyclone._model.errors import InvalidInputError
 from cyclone._model.handles import ResultRun
 from cyclone._model.keys import validate_name
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, validate_int, validate_queue
-from cyclone._worker.context import Context
 
 if TYPE_CHECKING:
     import datetime as dt
 
-    from cyclone._client import Client
+    from cyclone._model.ports import ClientPort, Tx
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -36,7 +34,11 @@ Out_co = TypeVar("Out_co", covariant=True)
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 10
 
-Handler = Callable[["Context", In], Awaitable[Out]]
+# A handler takes its context and its input. The context is ``cyclone.Context`` (a
+# HandlerContext whose ``client`` is the facade's Client, a layer above this one), or any
+# HandlerContext a handler is annotated with.
+Ctx = TypeVar("Ctx", bound=HandlerContext[Any])
+Handler = Callable[[Ctx, In], Awaitable[Out]]
 
 
 class Kind(Generic[In_contra, Out_co]):
@@ -70,34 +72,34 @@ class Kind(Generic[In_contra, Out_co]):
         return f"<{type(self).__name__} {self.name!r} queue={self.queue!r}>"
 
     async def enqueue(
-        self, client: Client, input: In_contra, **options: Unpack[EnqueueOptions]
+        self, client: ClientPort, input: In_contra, **options: Unpack[EnqueueOptions]
     ) -> ResultRun[Out_co]:
         """Enqueue one job in its own transaction and wake workers after the commit."""
-        runs = await insert.enqueue(client, None, self, [input], options)
+        runs = await client._inserter.enqueue(None, self, [input], options)
         return runs[0]
 
     async def enqueue_tx(
-        self, client: Client, tx: Tx, input: In_contra, **options: Unpack[EnqueueOptions]
+        self, client: ClientPort, tx: Tx, input: In_contra, **options: Unpack[EnqueueOptions]
     ) -> ResultRun[Out_co]:
         """Enqueue one job in the caller's open transaction ``tx``; never commits it."""
-        runs = await insert.enqueue(client, tx, self, [input], options)
+        runs = await client._inserter.enqueue(tx, self, [input], options)
         return runs[0]
 
     async def enqueue_many(
-        self, client: Client, inputs: Sequence[In_contra], **options: Unpack[EnqueueManyOptions]
+        self, client: ClientPort, inputs: Sequence[In_contra], **options: Unpack[EnqueueManyOptions]
     ) -> list[ResultRun[Out_co]]:
         """Enqueue many jobs in one round trip; handles come in the order of ``inputs``."""
-        return await insert.enqueue(client, None, self, list(inputs), options)
+        return await client._inserter.enqueue(None, self, list(inputs), options)
 
     async def enqueue_many_tx(
         self,
-        client: Client,
+        client: ClientPort,
         tx: Tx,
         inputs: Sequence[In_contra],
         **options: Unpack[EnqueueManyOptions],
     ) -> list[ResultRun[Out_co]]:
         """``enqueue_many`` in the caller's open transaction ``tx``."""
-        return await insert.enqueue(client, tx, self, list(inputs), options)
+        return await client._inserter.enqueue(tx, self, list(inputs), options)
 
 
 class Step(Kind[In_contra, Out_co]):
@@ -109,7 +111,7 @@ class Step(Kind[In_contra, Out_co]):
     def __init__(
         self,
         name: str,
-        handler: Handler[In_contra, Out_co],
+        handler: Handler[Any, In_contra, Out_co],
         *,
         queue: str = DEFAULT_QUEUE,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -139,7 +141,7 @@ class Step(Kind[In_contra, Out_co]):
         self.handler = handler
         self.timeout = None if timeout is None else seconds(timeout, what="timeout")
 
-    async def __call__(self, ctx: Context, input: In_contra) -> Out_co:
+    async def __call__(self, ctx: HandlerContext[Any], input: In_contra) -> Out_co:
         return await self.handler(ctx, input)
 
 
@@ -176,7 +178,9 @@ class StepOptions(KindOptions, total=False):
     timeout: float | dt.timedelta | None
 
 
-def step(name: str, **options: Unpack[StepOptions]) -> Callable[[Handler[In, Out]], Step[In, Out]]:
+def step(
+    name: str, **options: Unpack[StepOptions]
+) -> Callable[[Handler[Ctx, In, Out]], Step[In, Out]]:
     """Declare a step: a handler with a stable kind name and its defaults.
 
     The input and output types come from the handler's annotations; msgspec decodes the
@@ -187,7 +191,7 @@ def step(name: str, **options: Unpack[StepOptions]) -> Callable[[Handler[In, Out
     handler's ``timeout`` in seconds or as a ``timedelta`` (None: no timeout).
     """
 
-    def decorate(handler: Handler[In, Out]) -> Step[In, Out]:
+    def decorate(handler: Handler[Ctx, In, Out]) -> Step[In, Out]:
         return Step(name, handler, **options)
 
     return decorate
@@ -195,11 +199,11 @@ def step(name: str, **options: Unpack[StepOptions]) -> Callable[[Handler[In, Out
 
 def action(
     name: str, **options: Unpack[StepOptions]
-) -> Callable[[Handler[In, None]], Step[In, None]]:
+) -> Callable[[Handler[Ctx, In, None]], Step[In, None]]:
     """Declare a step that produces no output (its handler returns ``None``); its options
     are :func:`step`'s."""
 
-    def decorate(handler: Handler[In, None]) -> Step[In, None]:
+    def decorate(handler: Handler[Ctx, In, None]) -> Step[In, None]:
         return Step(name, handler, output_type=type(None), **options)
 
     return decorate

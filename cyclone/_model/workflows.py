@@ -10,24 +10,20 @@ it keeps the graph it was submitted with when a later deploy changes the definit
 from __future__ import annotations
 
 import typing
-import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
 
-from cyclone._enqueue.insert import check_options, payload_limit, target_for
-from cyclone._enqueue.targets import InsertSettings
-from cyclone._enqueue.wakeups import Tx
 from cyclone._model import codec
 from cyclone._model.errors import InvalidInputError, UnknownNodeError
 from cyclone._model.handles import ResultRun, Run
 from cyclone._model.keys import validate_key, validate_name
-from cyclone._model.options import Options, SubmitOptions, seconds
+from cyclone._model.options import Options, SubmitOptions, check_options, seconds
 from cyclone._model.steps import Kind, Step
 
 if TYPE_CHECKING:
-    from cyclone._client import Client
+    from cyclone._model.ports import ClientPort, Tx
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -220,20 +216,20 @@ class Workflow(Generic[In]):
 
     # Submitting
 
-    async def submit(self, client: Client, input: In, **options: Unpack[SubmitOptions]) -> Run:
+    async def submit(self, client: ClientPort, input: In, **options: Unpack[SubmitOptions]) -> Run:
         """Submit a new run in Cyclone's own transaction and wake workers after commit."""
         run, _ = await self._submit(client, None, None, input, options)
         return run
 
     async def submit_tx(
-        self, client: Client, tx: Tx, input: In, **options: Unpack[SubmitOptions]
+        self, client: ClientPort, tx: Tx, input: In, **options: Unpack[SubmitOptions]
     ) -> Run:
         """Submit a new run in the caller's open transaction ``tx``."""
         run, _ = await self._submit(client, tx, None, input, options)
         return run
 
     async def submit_once(
-        self, client: Client, key: str, input: In, **options: Unpack[SubmitOptions]
+        self, client: ClientPort, key: str, input: In, **options: Unpack[SubmitOptions]
     ) -> tuple[Run, bool]:
         """Submit the one run of ``key``; ``created`` is True only for the call that made it.
 
@@ -242,20 +238,17 @@ class Workflow(Generic[In]):
         return await self._submit(client, None, validate_key(key), input, options)
 
     async def submit_once_tx(
-        self, client: Client, tx: Tx, key: str, input: In, **options: Unpack[SubmitOptions]
+        self, client: ClientPort, tx: Tx, key: str, input: In, **options: Unpack[SubmitOptions]
     ) -> tuple[Run, bool]:
         """``submit_once`` in the caller's open transaction ``tx``."""
         return await self._submit(client, tx, validate_key(key), input, options)
-
-    def _handle(self, client: Client, run_id: uuid.UUID) -> Run:
-        return Run(client, run_id)
 
     def _result_node(self) -> str | None:
         return None
 
     def plan(
         self,
-        settings: InsertSettings | None,
+        payload_limit: int,
         key: str | None,
         input: In,
         options: Mapping[str, Any],
@@ -269,7 +262,7 @@ class Workflow(Generic[In]):
             input,
             self.input_type,
             what=f"input of workflow {self.name!r}",
-            limit=payload_limit(settings),
+            limit=payload_limit,
         )
         nodes = list(self._nodes.values())
         return SubmitPlan(
@@ -293,15 +286,13 @@ class Workflow(Generic[In]):
 
     async def _submit(
         self,
-        client: Client | None,
+        client: ClientPort,
         tx: object,
         key: str | None,
         input: In,
         options: Mapping[str, Any],
     ) -> tuple[Run, bool]:
-        target = target_for(client, tx)
-        run_id, created = await target.write_run(self.plan(client, key, input, options))
-        return self._handle(client, run_id), created  # type: ignore[arg-type]
+        return await client._inserter.submit(tx, self, key, input, options)
 
 
 class ResultWorkflow(Workflow[In], Generic[In, Out]):
@@ -329,11 +320,8 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
             raise InvalidInputError(f"result workflow {self.name!r} has no result node set")
         return self._result
 
-    def _handle(self, client: Client, run_id: uuid.UUID) -> ResultRun[Out]:
-        return ResultRun(client, run_id, self.output_type)
-
     async def submit(
-        self, client: Client, input: In, **options: Unpack[SubmitOptions]
+        self, client: ClientPort, input: In, **options: Unpack[SubmitOptions]
     ) -> ResultRun[Out]:
         """Submit a new run; ``await run.result()`` gives the typed result."""
         run = await super().submit(client, input, **options)
@@ -341,7 +329,7 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
         return run
 
     async def submit_tx(
-        self, client: Client, tx: Tx, input: In, **options: Unpack[SubmitOptions]
+        self, client: ClientPort, tx: Tx, input: In, **options: Unpack[SubmitOptions]
     ) -> ResultRun[Out]:
         """Submit a new run in the caller's transaction."""
         run = await super().submit_tx(client, tx, input, **options)
@@ -349,7 +337,7 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
         return run
 
     async def submit_once(
-        self, client: Client, key: str, input: In, **options: Unpack[SubmitOptions]
+        self, client: ClientPort, key: str, input: In, **options: Unpack[SubmitOptions]
     ) -> tuple[ResultRun[Out], bool]:
         """The one run of ``key``, with a typed result."""
         run, created = await super().submit_once(client, key, input, **options)
@@ -357,7 +345,7 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
         return run, created
 
     async def submit_once_tx(
-        self, client: Client, tx: Tx, key: str, input: In, **options: Unpack[SubmitOptions]
+        self, client: ClientPort, tx: Tx, key: str, input: In, **options: Unpack[SubmitOptions]
     ) -> tuple[ResultRun[Out], bool]:
         """``submit_once`` in the caller's transaction, with a typed result."""
         run, created = await super().submit_once_tx(client, tx, key, input, **options)

@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from cyclone._model import codec
+from cyclone._model.context import HandlerContext, HandlerScope, Snooze
 from cyclone._model.errors import InvalidInputError
 from cyclone._model.steps import Step
 from cyclone._services.database import Database
-from cyclone._worker.context import CompletionTx, Context, HandlerScope, Snooze
+from cyclone._services.observe import Observers
+from cyclone._worker.completion import CompletionTx
 from cyclone._worker.leases import LeaseKeeper
 from cyclone._worker.outcomes import (
     Claimed,
@@ -47,7 +49,6 @@ from cyclone._worker.outcomes import (
 )
 
 if TYPE_CHECKING:
-    from cyclone._client import Client
     from cyclone._model.workflows import Workflow
 
 logger = logging.getLogger("cyclone")
@@ -59,20 +60,29 @@ _NOT_OWNED = (
 
 
 class Executor:
-    """Runs handlers of ``steps`` (and of the nodes of ``workflows``) for one worker."""
+    """Runs handlers of ``steps`` (and of the nodes of ``workflows``) for one worker.
+
+    ``new_context`` makes a handler's context from its fields: the client's, so that
+    ``ctx.client`` is the worker's client. An output over ``output_limit`` bytes fails its
+    attempt.
+    """
 
     def __init__(
         self,
-        client: Client,
         steps: Mapping[str, Step[Any, Any]],
         workflows: Mapping[str, Workflow[Any]],
         *,
         database: Database,
         backoff: Callable[[int], float],
         leases: LeaseKeeper,
+        output_limit: int,
+        observers: Observers,
+        new_context: Callable[..., HandlerContext[Any]],
     ) -> None:
-        self._client = client  # the handlers' ``ctx.client``
         self._database = database
+        self._output_limit = output_limit
+        self._observers = observers
+        self._new_context = new_context
         self._steps = steps
         self._workflows = workflows
         # Each node's output type, per workflow: built once here, read by every handler run.
@@ -110,7 +120,7 @@ class Executor:
                 result,
                 step.output_type,
                 what=f"output of step {step.name!r}",
-                limit=self._client.output_limit,
+                limit=self._output_limit,
             )
         except Snooze as snooze:
             await completion.rollback()
@@ -167,7 +177,7 @@ class Executor:
         step: Step[Any, Any],
         completion: CompletionTx,
         scope: HandlerScope,
-    ) -> tuple[Context, Callable[[], Any]]:
+    ) -> tuple[HandlerContext[Any], Callable[[], Any]]:
         """The handler's context, and a function giving its argument: the decoded input, or
         what the node's input function makes of the workflow input and dependency outputs
         (user code, so it runs where the handler does).
@@ -180,8 +190,7 @@ class Executor:
         workflow = self._workflows.get(claimed.run_name) if claimed.node is not None else None
         node = workflow.get_node(claimed.node) if workflow and claimed.node else None
         output_types = self._output_types[workflow.name] if workflow else None
-        ctx = Context(
-            client=self._client,
+        ctx = self._new_context(
             run_id=claimed.run_id,
             node=claimed.node,
             kind=claimed.kind,
@@ -206,7 +215,7 @@ class Executor:
         return ctx, lambda: value
 
     def _span(self, claimed: Claimed) -> contextlib.AbstractContextManager[None]:
-        observers = self._client.observers
+        observers = self._observers
         if not observers.members:  # the common case: no span, nothing to build for one
             return contextlib.nullcontext()
         carrier = None if claimed.trace is None else codec.decode(claimed.trace, dict[str, str])
@@ -219,7 +228,7 @@ class Executor:
         if not (accepted and isinstance(outcome, Completed)) or logger.isEnabledFor(logging.DEBUG):
             self._log(outcome, accepted)
         name = outcome.name if accepted else "rejected"
-        self._client.observers.finished(c.kind, c.queue, name, time.perf_counter() - started)
+        self._observers.finished(c.kind, c.queue, name, time.perf_counter() - started)
 
     def _log(self, outcome: Outcome, accepted: bool) -> None:
         c = outcome.claimed

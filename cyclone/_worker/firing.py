@@ -26,9 +26,9 @@ from cyclone._services.schedules import stored_timing
 from cyclone._storage import queries as db
 
 if TYPE_CHECKING:
-    from cyclone._client import Client
     from cyclone._enqueue.wakeups import TrackedConnection
     from cyclone._model.workflows import Workflow
+    from cyclone._worker.ports import WorkerClient
 
 logger = logging.getLogger("cyclone")
 
@@ -41,7 +41,7 @@ class Firing:
 
     def __init__(
         self,
-        client: Client,
+        client: WorkerClient,
         declared: Mapping[str, Schedule[Any]],
         *,
         kinds: Mapping[str, Kind[Any, Any]],

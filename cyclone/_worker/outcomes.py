@@ -30,7 +30,7 @@ import asyncpg
 from cyclone._model import codec
 
 if TYPE_CHECKING:
-    from cyclone._worker.context import CompletionTx
+    from cyclone._worker.completion import CompletionTx
 
 _TRACEBACK_LIMIT = 8000
 _MESSAGE_LIMIT = 2000

@@ -32,8 +32,8 @@ from cyclone._worker import maintenance
 from cyclone._worker.firing import Firing
 
 if TYPE_CHECKING:
-    from cyclone._client import Client
     from cyclone._model.workflows import Workflow
+    from cyclone._worker.ports import WorkerClient
 
 logger = logging.getLogger("cyclone")
 
@@ -50,7 +50,7 @@ class Scheduler:
 
     def __init__(
         self,
-        client: Client,
+        client: WorkerClient,
         schedules: Sequence[Schedule[Any]],
         *,
         kinds: Mapping[str, Kind[Any, Any]],

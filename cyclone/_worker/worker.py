@@ -40,9 +40,9 @@ from cyclone._worker.scheduler import Scheduler
 from cyclone._worker.served import check_served
 
 if TYPE_CHECKING:
-    from cyclone._client import Client
     from cyclone._model.schedules import Schedule
     from cyclone._model.workflows import Workflow
+    from cyclone._worker.ports import WorkerClient
 
 logger = logging.getLogger("cyclone")
 
@@ -82,7 +82,7 @@ class Worker(AsyncResource):
 
     def __init__(
         self,
-        client: Client,
+        client: WorkerClient,
         *,
         steps: Sequence[Step[Any, Any]] = (),
         workflows: Sequence[Workflow[Any]] = (),
@@ -158,12 +158,14 @@ class Worker(AsyncResource):
             on_written=self._room_made,
         )
         executor = Executor(
-            client,
             self._steps,
             self._workflows,
             database=services.database,
             backoff=backoff,
             leases=self._leases,
+            output_limit=client.output_limit,
+            observers=services.observers,
+            new_context=client._new_context,
         )
         claiming = Claiming(
             self.id,

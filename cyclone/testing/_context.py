@@ -6,8 +6,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from cyclone._client import Client
-from cyclone._worker.context import Context
+from cyclone._client import Client, Context
 from cyclone.testing._recorder import TxRecorder
 
 

@@ -27,6 +27,12 @@ async def receipt(ctx: cyclone.Context, order: Order) -> str:
     return "ok"
 
 
+# A handler's first parameter is its context: anything else is refused.
+@cyclone.step("order.wrong_context")  # type: ignore[type-var]
+async def wrong_context(ctx: int, order: Order) -> int:
+    return order.cents
+
+
 checkout = cyclone.define_result("checkout", Order, int)
 charged = checkout.node(charge)
 checkout.node(receipt, after=[charged])

@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 import cyclone
+from cyclone._enqueue import insert
 from cyclone.testing import TxRecorder, new_context
 
 SUPPORTED = "builtins (int, float, str, bool, None, list, dict, tuple)"
@@ -153,20 +154,25 @@ def test_types_msgspec_stores_are_accepted(tp: Any) -> None:
 # A payload of the wrong type
 
 
+def _recording(recorder: TxRecorder | None = None) -> cyclone.Context:
+    """A unit test's context with a recorder and no client: inputs are checked for real."""
+    return new_context(completion_tx=recorder or TxRecorder())
+
+
 async def test_an_input_of_the_wrong_type_says_the_step_and_the_types() -> None:
     with pytest.raises(cyclone.InvalidInputError) as raised:
-        await add.enqueue_tx(None, TxRecorder(), "two")  # type: ignore[arg-type]
+        await cyclone.enqueue_completion(_recording(), None, add, "two")  # type: ignore[arg-type]
     assert str(raised.value) == "input of step 'checks.add' must be int: got str"
 
 
 async def test_a_field_of_the_wrong_type_is_named_by_its_own_path() -> None:
     with pytest.raises(cyclone.InvalidInputError) as raised:
-        await take_order.enqueue_tx(None, TxRecorder(), {"cents": "3"})  # type: ignore[arg-type]
+        await cyclone.enqueue_completion(_recording(), None, take_order, {"cents": "3"})  # type: ignore[arg-type]
     assert str(raised.value) == f"input of step 'checks.order' must be {ORDER}: got dict"
     recorder = TxRecorder()
     kind = cyclone.register_kind("checks.points", list[Point], None)
     with pytest.raises(cyclone.InvalidInputError) as raised:
-        await kind.enqueue_tx(None, recorder, [{"x": 1}, {"x": "2"}])  # type: ignore[list-item]
+        await cyclone.enqueue_completion(_recording(recorder), None, kind, [{"x": 1}, {"x": "2"}])  # type: ignore[arg-type]
     assert str(raised.value) == (
         f"input of step 'checks.points' must be list[{__name__}.Point]: expected `int`, got "
         "`str` at `[1].x`"
@@ -176,7 +182,7 @@ async def test_a_field_of_the_wrong_type_is_named_by_its_own_path() -> None:
 
 async def test_a_batch_says_which_input_does_not_match() -> None:
     with pytest.raises(cyclone.InvalidInputError) as raised:
-        await add.enqueue_many_tx(None, TxRecorder(), [1, 2, "3"])  # type: ignore[list-item]
+        await insert.Inserter(None).enqueue(TxRecorder(), add, [1, 2, "3"], {})
     assert str(raised.value) == "input of step 'checks.add' at index 2 must be int: got str"
 
 

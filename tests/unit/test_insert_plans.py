@@ -10,6 +10,7 @@ import pytest
 
 import cyclone
 from cyclone._enqueue.insert import plan_jobs
+from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 
 flow = cyclone.define_result("plan.flow", int, int)
 
@@ -59,7 +60,7 @@ def test_a_job_plan_refuses_bad_input(
 
 
 def test_a_submit_plan_lists_the_nodes_edges_and_root_queues() -> None:
-    plan = flow.plan(None, "order-1", 5, {})
+    plan = flow.plan(DEFAULT_PAYLOAD_LIMIT, "order-1", 5, {})
     names, kinds, queues, attempts, deps, timeouts = plan.nodes
     assert names == ["first", "gate", "last"]
     assert kinds == ["plan.a", None, "plan.b"]  # a wait node runs no kind
@@ -93,9 +94,9 @@ def test_a_submit_plan_refuses_bad_input(
     key: str | None, input: object, options: dict[str, object]
 ) -> None:
     with pytest.raises(cyclone.CycloneError):
-        flow.plan(None, key, input, options)  # type: ignore[arg-type]
+        flow.plan(DEFAULT_PAYLOAD_LIMIT, key, input, options)  # type: ignore[arg-type]
 
 
 def test_an_empty_workflow_has_no_plan() -> None:
     with pytest.raises(cyclone.InvalidInputError, match="has no nodes"):
-        cyclone.define("plan.empty", int).plan(None, None, 1, {})
+        cyclone.define("plan.empty", int).plan(DEFAULT_PAYLOAD_LIMIT, None, 1, {})

@@ -1,29 +1,26 @@
-"""The handler's context: who it is, its dependencies' outputs, its completion transaction."""
+"""The handler's context: who it is, its dependencies' outputs, its completion transaction.
+
+:class:`HandlerContext` is the context a worker (or ``cyclone.testing.new_context``) gives a
+handler; ``cyclone.Context`` is it with ``client`` typed as the facade's ``cyclone.Client``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
-import asyncpg
 import msgspec
 
-from cyclone._enqueue.wakeups import TrackedConnection, Tx
 from cyclone._model import codec
 from cyclone._model.errors import ContextError, UnknownNodeError
-from cyclone._model.wakeups import Wakeups
-from cyclone._services.database import Database
-from cyclone._storage import queries as db
 
 if TYPE_CHECKING:
-    from cyclone._client import Client
-    from cyclone._model.workflows import Node
+    import asyncpg
 
-logger = logging.getLogger("cyclone")
+    from cyclone._model.ports import Tx
 
-Out = TypeVar("Out")
+C = TypeVar("C")
 
 
 class Snooze(Exception):
@@ -35,7 +32,7 @@ class Snooze(Exception):
 
 
 class Completion(Protocol):
-    """What a context's completion transaction is: :class:`CompletionTx` in a worker, the
+    """What a context's completion transaction is: ``CompletionTx`` in a worker, the
     test kit's ``TxRecorder`` in a unit test."""
 
     async def open(self) -> Any:
@@ -46,86 +43,6 @@ class Completion(Protocol):
     def connection(self) -> Any:
         """The connection a handler writes on (after :meth:`open`)."""
         ...
-
-
-class CompletionTx:
-    """The completion transaction of one attempt: opened on first use, written by the worker.
-
-    It belongs to the handler's task: using it from another task, or after the handler
-    returned, raises :class:`ContextError`. The worker commits it together with the step's
-    completion, or rolls it back with everything in it.
-    """
-
-    def __init__(self, database: Database) -> None:
-        self._database = database
-        self._conn: asyncpg.pool.PoolConnectionProxy | None = None
-        self._tx: Any = None
-        self.wakeups = Wakeups()
-        self.tracked: TrackedConnection | None = None
-        self.lost: BaseException | None = None
-        """What :meth:`rollback` found: the connection had been lost (the writes with it)."""
-
-    @property
-    def opened(self) -> bool:
-        """Whether the handler opened it."""
-        return self._conn is not None
-
-    async def open(self) -> TrackedConnection:
-        """Acquire a pooled connection and begin the transaction (once)."""
-        if self.tracked is None:
-            conn = await self._database.acquire()
-            try:
-                tx = self._database.transaction(conn)  # Cyclone's own: at READ COMMITTED
-                await tx.start()
-            except BaseException:
-                await self._database.pool.release(conn)
-                raise
-            self._conn, self._tx = conn, tx
-            self.tracked = TrackedConnection(conn, self.wakeups)
-        return self.tracked
-
-    @property
-    def connection(self) -> asyncpg.pool.PoolConnectionProxy:
-        """The open connection (only after :meth:`open`)."""
-        assert self._conn is not None
-        return self._conn
-
-    async def commit(self) -> None:
-        """Commit and give the connection back.
-
-        An error from the commit itself propagates: whether it committed is then unknown (the
-        caller asks the record). Once it committed, nothing after can undo that: a connection
-        that fails to reset on release is logged and replaced by the pool.
-        """
-        try:
-            await self._tx.commit()
-        finally:
-            await self._close()
-
-    async def rollback(self) -> None:
-        """Roll back (if open) and give the connection back; never raises for a lost
-        connection.
-
-        A connection the server ended has been detached from its pool proxy by asyncpg
-        already (every call on the proxy then raises ``InterfaceError``), and its transaction
-        died with it: there is nothing left to roll back. The error is kept in :attr:`lost`.
-        """
-        if self._conn is None:
-            return
-        try:
-            await self._tx.rollback()
-        except db.DATABASE_ERRORS as exc:  # gone with its connection: nothing to undo
-            self.lost = exc
-        finally:
-            await self._close()
-
-    async def _close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        # Not waited for: the attempt's slot frees without the pool's reset round trip (a
-        # failed reset is logged, and asyncpg closes that connection).
-        self._database.release_soon(conn)
 
 
 class HandlerScope:
@@ -154,17 +71,14 @@ class HandlerScope:
             raise ContextError(f"{what} from a task other than the handler's own")
 
 
-class Context:
-    """What a handler knows about its attempt, passed as its first argument.
-
-    ``run_id``, ``node`` (None for a standalone job), ``kind``, ``attempt`` (1 for the first),
-    ``max_attempts``, ``queue`` and ``client`` (the worker's client).
-    """
+class HandlerContext(Generic[C]):
+    """What a handler knows about its attempt, passed as its first argument: ``client`` is
+    a ``C``. ``cyclone.Context`` is the context with the facade's ``cyclone.Client``."""
 
     def __init__(
         self,
         *,
-        client: Client,
+        client: C,
         run_id: uuid.UUID,
         node: str | None,
         kind: str,
@@ -218,13 +132,9 @@ class Context:
         # A recorder provides its own insert target: it records instead of writing.
         return cast("Tx", await self._completion.open())
 
-    @overload
-    async def output(self, node: Node[Out]) -> Out: ...
-    @overload
-    async def output(self, node: str) -> Any: ...
-    async def output(self, node: Node[Any] | str) -> Any:
-        """The decoded output of dependency ``node``: a node handle (``Node[Out]`` gives an
-        ``Out``) or its name (untyped)."""
+    async def output(self, node: Any) -> Any:
+        """The decoded output of dependency ``node``: a node handle or its name.
+        (``cyclone.Context`` types it: a ``Node[Out]`` gives an ``Out``.)"""
         self._check("output()")
         name = node if isinstance(node, str) else getattr(node, "name", None)
         if name not in self._outputs:
