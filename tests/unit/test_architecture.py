@@ -189,6 +189,7 @@ LAYERS = ["cyclone._model", "cyclone._storage", "cyclone._services", "cyclone._e
           "cyclone._worker"]  # fmt: skip
 TOP = len(LAYERS)
 
+
 def _layer(module: str) -> int:
     for rank, prefix in enumerate(LAYERS):
         if module == prefix or module.startswith(prefix + "."):
