@@ -312,3 +312,11 @@ async def test_package_level_calls_say_what_to_use_instead() -> None:
         "a step is enqueued, not submitted: use cyclone.enqueue_completion"
     )
     assert recorder.enqueued == [] and recorder.submitted == []
+
+
+async def test_a_handle_from_a_recorded_enqueue_says_it_has_no_run_to_read() -> None:
+    recorder = TxRecorder()
+    run = await cyclone.enqueue_completion(_recording(recorder), None, add, 2)  # type: ignore[arg-type]
+    assert [e.run_id for e in recorder.enqueued] == [run.id]
+    with pytest.raises(cyclone.ContextError, match="recorded by a TxRecorder, not written"):
+        await run.status()
