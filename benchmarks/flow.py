@@ -100,12 +100,8 @@ async def _drain(pool: asyncpg.Pool, q: Queries, claim: str, jobs: int) -> float
                     if r["id"] is not None
                 ]
                 if rows:
-                    done_rows = db.Completions(
-                        [r["run_id"] for r in rows],
-                        [r["id"] for r in rows],
-                        [r["claims"] for r in rows],
-                        ["null"] * len(rows),
-                    )
+                    fence = db.Fence.of(db.TaskAttempt.of(r) for r in rows)
+                    done_rows = db.Completions(fence, ["null"] * len(rows))
                     await db.job_complete_many(conn, q, done_rows)
                     done += len(rows)
                 else:

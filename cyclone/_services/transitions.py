@@ -174,28 +174,19 @@ async def signal(conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str, payloa
 
 
 async def fail_node_or_job(
-    conn: db.Conn,
-    q: Queries,
-    *,
-    task_id: int,
-    claims: int,
-    run_id: uuid.UUID,
-    node: str | None,
-    error: str,
-    expired_only: bool,
+    conn: db.Conn, q: Queries, attempt: db.LastAttempt, error: str, *, expired_only: bool
 ) -> tuple[bool, Effects]:
     """Fail an attempt that was the last: the job or node fails, and with it the run.
 
     Returns whether the attempt still owned its task (False: its completion is rejected).
     With ``expired_only`` (maintenance), only while the task's lease is still expired.
     """
-    if node is None:
-        failed = await db.job_fail(
-            conn, q, run_id, task_id, claims, error, expired_only=expired_only
-        )
+    run_id = attempt.run_id
+    if attempt.node is None:
+        failed = await db.task_fail(conn, q, attempt, error, expired_only=expired_only)
         return failed, Effects(ended={run_id} if failed else set())
     await db.run_lock_many(conn, q, [run_id])
-    if not await db.node_fail(conn, q, run_id, task_id, claims, error, expired_only=expired_only):
+    if not await db.task_fail(conn, q, attempt, error, expired_only=expired_only):
         return False, Effects()
     await db.run_fail(conn, q, run_id, error, drop_running=False)
     return True, Effects(ended={run_id})

@@ -33,7 +33,6 @@ from cyclone._services.publisher import Publisher
 from cyclone._services.transitions import Effects
 from cyclone._storage import queries as db
 from cyclone._worker.outcomes import (
-    Claimed,
     Completed,
     Failed,
     HandedBack,
@@ -273,12 +272,7 @@ class Completer:
         """
         claimed = [o.claimed for o in unsure]
         done = await db.attempts_completed(
-            conn,
-            self._q,
-            [c.run_id for c in claimed],
-            [c.node for c in claimed],
-            [c.id for c in claimed],
-            [c.claims for c in claimed],
+            conn, self._q, db.Fence.of(claimed), [c.node for c in claimed]
         )
         found = [c for c in claimed if (c.run_id, c.node) in done]
         effects.ended.update(c.run_id for c in found if c.node is None)
@@ -343,9 +337,7 @@ class Completer:
         rows = await db.task_retry_many(
             conn,
             self._q,
-            [o.claimed.run_id for o in outcomes],
-            [o.claimed.id for o in outcomes],
-            [o.claimed.claims for o in outcomes],
+            db.Fence.of(o.claimed for o in outcomes),
             delays,
             [o.error if isinstance(o, Retry) else None for o in outcomes],
             [not isinstance(o, Retry) for o in outcomes],  # snooze, hand-back: refunded
@@ -365,12 +357,7 @@ class Completer:
     ) -> Accepted:
         claimed = [o.claimed for o in unsure]
         return await db.attempts_released(
-            conn,
-            self._q,
-            [c.run_id for c in claimed],
-            [c.id for c in claimed],
-            [c.claims for c in claimed],
-            [c.attempt for c in claimed],
+            conn, self._q, db.Fence.of(claimed), [c.attempt for c in claimed]
         )
 
     # Failures
@@ -380,14 +367,7 @@ class Completer:
         [o] = outcomes
         c = o.claimed
         owned, effects = await transitions.fail_node_or_job(
-            conn,
-            self._q,
-            task_id=c.id,
-            claims=c.claims,
-            run_id=c.run_id,
-            node=c.node,
-            error=o.error,
-            expired_only=False,
+            conn, self._q, c, o.error, expired_only=False
         )
         return ({c.key} if owned else set()), effects
 
@@ -408,10 +388,4 @@ class Completer:
 
 def _completions(outcomes: Sequence[Completed]) -> db.Completions:
     """The attempts of ``outcomes`` as the completion statements take them."""
-    claimed: list[Claimed] = [o.claimed for o in outcomes]
-    return db.Completions(
-        [c.run_id for c in claimed],
-        [c.id for c in claimed],
-        [c.claims for c in claimed],
-        [o.output for o in outcomes],
-    )
+    return db.Completions(db.Fence.of(o.claimed for o in outcomes), [o.output for o in outcomes])

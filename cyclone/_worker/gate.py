@@ -17,7 +17,8 @@ the producer when they have passed, which may be long before its next poll.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable
 
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
@@ -50,35 +51,27 @@ class Gate:
         self,
         conn: db.Conn,
         queries: Queries,
-        queue: str,
-        kinds: Sequence[str],
-        limit: int,
+        request: db.ClaimRequest,
         ahead: int,
-        lease: float,
-        worker: str,
-        workflows: Sequence[str],
         *,
         limited: Callable[[], None],
     ) -> db.ClaimedRows:
-        """Claim up to ``limit`` tasks, ``ahead`` of them beyond the free slots: by the plain
+        """Claim as ``request`` asks, ``ahead`` of its tasks beyond the free slots: by the plain
         claim while the queue uses no flow control, else by ``task_claim``, which claims
         nothing ahead (a limit counts tasks claimed ahead as running). ``limited`` is called
         when the plain claim declines, before the full claim is sent."""
         if self.plain:
-            rows = await db.task_claim_plain(
-                conn, queries, queue, kinds, limit, lease, worker, workflows
-            )
+            rows = await db.task_claim_plain(conn, queries, request)
             if not rows.declined:
                 self._came_back(rows)
                 return rows
             self.plain = False
             limited()
-        if limit - ahead <= 0:
+        if request.limit - ahead <= 0:
             rows = db.ClaimedRows()
         else:
-            rows = await db.task_claim(
-                conn, queries, queue, kinds, limit - ahead, lease, worker, workflows
-            )
+            within = dataclasses.replace(request, limit=request.limit - ahead)
+            rows = await db.task_claim(conn, queries, within)
             self.plain = rows.plain
         self._came_back(rows)
         return rows

@@ -111,12 +111,7 @@ class LeaseKeeper:
             if not held:
                 return
             owned = await db.task_heartbeat(
-                conn,
-                q,
-                [h.claimed.run_id for h in held],
-                [h.claimed.id for h in held],
-                [h.claimed.claims for h in held],
-                self._lease,
+                conn, q, db.Fence.of(h.claimed for h in held), self._lease
             )
         lost = []
         for h in held:

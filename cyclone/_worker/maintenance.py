@@ -95,11 +95,8 @@ class _Pass:
                 owned, more = await transitions.fail_node_or_job(
                     conn,
                     q,
-                    task_id=row["id"],
-                    claims=row["claims"],
-                    run_id=row["run_id"],
-                    node=row["node"],
-                    error=error,
+                    db.TaskAttempt.of(row),
+                    error,
                     expired_only=True,  # read without a lock: the lease may be renewed
                 )
             self.effects.merge(more)

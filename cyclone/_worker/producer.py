@@ -245,13 +245,8 @@ class Producer:
         return await self._gate.take(
             conn,
             self._database.queries,
-            self.name,
-            c.kinds,
-            limit,
+            db.ClaimRequest(self.name, c.kinds, limit, c.lease, c.worker_id, c.workflows),
             ahead,
-            c.lease,
-            c.worker_id,
-            c.workflows,
             # The queue uses flow control now: what this worker claimed ahead and has not
             # started goes back, for the limits to count (a limit counts it as running).
             limited=lambda: self._slots.hand_back(None, "limited"),

@@ -131,7 +131,7 @@ async def test_claim_ahead_off_claims_only_for_free_slots(
     plain = db.task_claim_plain
 
     async def recorded(*args: Any) -> db.ClaimedRows:
-        limits.append(args[4])  # (conn, queries, queue, kinds, limit, ...)
+        limits.append(args[2].limit)  # (conn, queries, request)
         return await plain(*args)
 
     monkeypatch.setattr(db, "task_claim_plain", recorded)

@@ -25,11 +25,16 @@ async def test_work_due_later_is_claimable_once_the_clock_moves(cyclone_env: Cyc
     run = await later.enqueue(cyclone_env.client, 1, process_in=dt.timedelta(hours=1))
     q = Queries(cyclone_env.client._queries.schema, clock=MOVABLE)
     async with cyclone_env.pool.acquire() as conn:
-        assert await db.task_claim(conn, q, "clock", [later.name], 10, 30.0, "w", []) == []
+        assert (
+            await db.task_claim(conn, q, db.ClaimRequest("clock", [later.name], 10, 30.0, "w", []))
+            == []
+        )
         assert not await db.task_pending_work(conn, q, [later.name], [])
         await conn.execute("SET cyclone.test_offset = '61 minutes'")
         assert await db.task_pending_work(conn, q, [later.name], [])
-        claimed = await db.task_claim(conn, q, "clock", [later.name], 10, 30.0, "w", [])
+        claimed = await db.task_claim(
+            conn, q, db.ClaimRequest("clock", [later.name], 10, 30.0, "w", [])
+        )
         assert [r["run_id"] for r in claimed] == [run.id]
 
 
@@ -37,13 +42,17 @@ async def test_a_lease_expires_once_the_clock_moves_past_it(cyclone_env: Cyclone
     run = await later.enqueue(cyclone_env.client, 2)
     q = Queries(cyclone_env.client._queries.schema, clock=MOVABLE)
     async with cyclone_env.pool.acquire() as conn:
-        (task,) = await db.task_claim(conn, q, "clock", [later.name], 10, 30.0, "w1", [])
+        (task,) = await db.task_claim(
+            conn, q, db.ClaimRequest("clock", [later.name], 10, 30.0, "w1", [])
+        )
         assert await db.task_reclaim(conn, q, 100) == []
         await conn.execute("SET cyclone.test_offset = '31 seconds'")
         (reclaimed,) = await db.task_reclaim(conn, q, 100)
         assert (reclaimed["run_id"], reclaimed["lost_by"]) == (run.id, "w1")
         # The attempt that held the lease no longer owns the task: its heartbeat is refused.
-        owned = await db.task_heartbeat(conn, q, [run.id], [task["id"]], [task["claims"]], 30.0)
+        owned = await db.task_heartbeat(
+            conn, q, db.Fence([run.id], [task["id"]], [task["claims"]]), 30.0
+        )
         assert owned == set()
     # A job's one node: its task, available again from the moved time, which the real clock
     # (the client's) sees 31 seconds ahead.

@@ -72,19 +72,16 @@ async def failed_while_patient_runs(env: CycloneEnv) -> tuple[cyclone.Run, async
     run = await pair.submit(env.client, 1)
     async with env.pool.acquire() as conn:
         rows = await db.task_claim(
-            conn, q, "default", ["failed.quick", "failed.patient"], 2, 30.0, "w", ["failed.pair"]
+            conn,
+            q,
+            db.ClaimRequest(
+                "default", ["failed.quick", "failed.patient"], 2, 30.0, "w", ["failed.pair"]
+            ),
         )
         first = next(r for r in rows if r["kind"] == "failed.quick")
         async with conn.transaction():
             owned, _ = await transitions.fail_node_or_job(
-                conn,
-                q,
-                task_id=first["id"],
-                claims=first["claims"],
-                run_id=run.id,
-                node="failed.quick",
-                error="{}",
-                expired_only=False,
+                conn, q, db.TaskAttempt.of(first), "{}", expired_only=False
             )
         assert owned
     return run, next(r for r in rows if r["kind"] == "failed.patient")
@@ -103,7 +100,12 @@ async def test_a_failed_runs_node_that_ends_an_attempt_is_parked(
     async with cyclone_env.pool.acquire() as conn:
         if how == "retried":
             assert await db.task_retry_many(
-                conn, q, [run.id], [second["id"]], [second["claims"]], [0.0], ['{"n": 1}'], [False]
+                conn,
+                q,
+                db.Fence([run.id], [second["id"]], [second["claims"]]),
+                [0.0],
+                ['{"n": 1}'],
+                [False],
             )
         else:
             await conn.execute("UPDATE cyclone_tasks SET lease_until = now() - interval '1 hour'")
@@ -120,7 +122,7 @@ async def test_a_failed_runs_node_that_ends_an_attempt_is_parked(
     await run.retry_all()
     async with cyclone_env.pool.acquire() as conn:
         rows = await db.task_claim(
-            conn, q, "default", ["failed.patient"], 1, 30.0, "w", ["failed.pair"]
+            conn, q, db.ClaimRequest("default", ["failed.patient"], 1, 30.0, "w", ["failed.pair"])
         )
     assert [r["attempt"] for r in rows] == [2]  # it goes on where it stopped
 
@@ -153,11 +155,11 @@ async def test_cancel_waiting_on_a_job_retry_leaves_no_task(cyclone_env: Cyclone
     q = cyclone_env.client._queries
     run = await once.enqueue(cyclone_env.client, 1)
     async with cyclone_env.pool.acquire() as conn:
-        [row] = await db.task_claim(conn, q, "default", ["failed.once"], 1, 30.0, "w", [])
+        [row] = await db.task_claim(
+            conn, q, db.ClaimRequest("default", ["failed.once"], 1, 30.0, "w", [])
+        )
         async with conn.transaction():
-            assert await db.job_fail(
-                conn, q, run.id, row["id"], row["claims"], "{}", expired_only=False
-            )
+            assert await db.task_fail(conn, q, db.TaskAttempt.of(row), "{}", expired_only=False)
     async with cyclone_env.pool.acquire() as retrier:
         tx = retrier.transaction()
         await tx.start()

@@ -112,7 +112,7 @@ async def test_an_outcome_that_meets_a_serialization_failure_is_written_again(
         run = await double.enqueue(client, 4)
         async with serializable_pool.acquire() as conn:
             [row] = await db.task_claim(
-                conn, client._queries, "default", [double.name], 1, 30.0, "w", []
+                conn, client._queries, db.ClaimRequest("default", [double.name], 1, 30.0, "w", [])
             )
         claimed = Claimed.from_row(row, queue="default", worker="w")
         completer = Completer(client._services.database, client._services.publisher, bound=10)

@@ -36,7 +36,7 @@ async def claim(env: CycloneEnv, step: cyclone.Step[int, int], worker: str = "w"
     """Claim the one task of ``step`` as worker ``worker``, as a producer would."""
     async with env.pool.acquire() as conn:
         [row] = await db.task_claim(
-            conn, env.client._queries, step.queue, [step.name], 1, 30.0, worker, []
+            conn, env.client._queries, db.ClaimRequest(step.queue, [step.name], 1, 30.0, worker, [])
         )
     return Claimed.from_row(row, queue=step.queue, worker="")
 
@@ -112,7 +112,7 @@ async def test_reclaim_skips_a_task_being_completed(cyclone_env: CycloneEnv) -> 
         rows = await db.job_complete_many(
             completer,
             cyclone_env.client._queries,
-            db.Completions([claimed.run_id], [claimed.id], [claimed.claims], ["1"]),
+            db.Completions(db.Fence([claimed.run_id], [claimed.id], [claimed.claims]), ["1"]),
         )
         assert len(rows) == 1
         # Maintenance runs meanwhile: SKIP LOCKED passes the task by instead of waiting.
@@ -158,7 +158,7 @@ async def test_a_failure_whose_reply_was_lost_counts_as_accepted(
     cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run, claimed = await flaky_claimed(cyclone_env)
-    calls = reply_lost_once(monkeypatch, "job_fail")
+    calls = reply_lost_once(monkeypatch, "task_fail")
     failed = Failed(claimed, '{"type": "E", "at": "now"}', RuntimeError("E"), "failed")
     async with running_completer(cyclone_env) as completer:
         assert await written(completer, failed) is True
@@ -173,12 +173,14 @@ async def test_only_the_completing_attempt_is_confirmed(cyclone_env: CycloneEnv)
     task, claims = claimed.id, claimed.claims
 
     async def confirmed(node: str | None, task: int, claims: int) -> bool:
-        return bool(await db.attempts_completed(conn, q, [run.id], [node], [task], [claims]))
+        return bool(
+            await db.attempts_completed(conn, q, db.Fence([run.id], [task], [claims]), [node])
+        )
 
     async with cyclone_env.pool.acquire() as conn:
         assert not await confirmed(None, task, claims)  # not completed yet
         [done] = await db.job_complete_many(
-            conn, q, db.Completions([run.id], [task], [claims], ["1"])
+            conn, q, db.Completions(db.Fence([run.id], [task], [claims]), ["1"])
         )
         assert done["run_id"] == run.id
         assert await confirmed(None, task, claims)
@@ -196,11 +198,15 @@ async def test_released_and_failed_attempts_are_named_by_the_record(
     async with cyclone_env.pool.acquire() as conn:
 
         async def released(claims: int, attempt: int) -> bool:
-            found = await db.attempts_released(conn, q, [run.id], [c.id], [claims], [attempt])
+            found = await db.attempts_released(
+                conn, q, db.Fence([run.id], [c.id], [claims]), [attempt]
+            )
             return bool(found)
 
         assert not await released(c.claims, c.attempt)  # still running
-        await db.task_retry_many(conn, q, [run.id], [c.id], [c.claims], [0.0], [None], [True])
+        await db.task_retry_many(
+            conn, q, db.Fence([run.id], [c.id], [c.claims]), [0.0], [None], [True]
+        )
         assert await released(c.claims, c.attempt)
         assert not await released(c.claims + 1, c.attempt)  # a later claim: not yet made
         # Claimed again, then reclaimed after its lease: that attempt was not released by us.
@@ -212,9 +218,7 @@ async def test_released_and_failed_attempts_are_named_by_the_record(
         # Failures: found by their error record.
         third = await claim(cyclone_env, flaky)
         async with conn.transaction():
-            assert await db.job_fail(
-                conn, q, run.id, third.id, third.claims, '{"n": 3}', expired_only=False
-            )
+            assert await db.task_fail(conn, q, third, '{"n": 3}', expired_only=False)
         assert await db.attempts_failed(conn, q, [run.id], [None], ['{"n": 3}']) == {(run.id, None)}
         assert not await db.attempts_failed(conn, q, [run.id], [None], ['{"n": 2}'])
 
@@ -229,12 +233,12 @@ async def test_a_stale_attempt_of_a_retried_job_is_not_confirmed(
     run, stale = await claimed_with_expired_lease(cyclone_env)
     async with cyclone_env.pool.acquire() as conn, conn.transaction():
         # Maintenance fails the job: its last attempt's lease expired.
-        assert await db.job_fail(
-            conn, q, stale.run_id, stale.id, stale.claims, "{}", expired_only=True
-        )
+        assert await db.task_fail(conn, q, stale, "{}", expired_only=True)
     await run.retry_all()
     async with cyclone_env.pool.acquire() as conn:
-        [row] = await db.task_claim(conn, q, "default", ["outcome.job"], 1, 30.0, "w2", [])
+        [row] = await db.task_claim(
+            conn, q, db.ClaimRequest("default", ["outcome.job"], 1, 30.0, "w2", [])
+        )
     assert row["attempt"] == stale.attempt == 1
     real = db.job_complete_many
     tries: list[int] = []

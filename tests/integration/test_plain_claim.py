@@ -39,7 +39,7 @@ def env(cyclone_env: CycloneEnv) -> CycloneEnv:
 async def claim_plain(env: CycloneEnv, limit: int, kinds: list[str]) -> db.ClaimedRows:
     async with env.pool.acquire() as conn:
         return await db.task_claim_plain(
-            conn, env.client._queries, "plain", kinds, limit, 30.0, "w", []
+            conn, env.client._queries, db.ClaimRequest("plain", kinds, limit, 30.0, "w", [])
         )
 
 
@@ -81,7 +81,8 @@ async def claimed_by(env: CycloneEnv, claim: str, limit: int, kinds: list[str]) 
         tx = conn.transaction()
         await tx.start()
         try:
-            rows = await take(conn, env.client._queries, "plain", kinds, limit, 30.0, "w", [])
+            request = db.ClaimRequest("plain", kinds, limit, 30.0, "w", [])
+            rows = await take(conn, env.client._queries, request)
         finally:
             await tx.rollback()
     assert not rows.held and not rows.declined
@@ -141,7 +142,7 @@ async def test_a_queue_using_flow_control_is_declined_and_nothing_claimed(
 async def full_claim(env: CycloneEnv, limit: int) -> db.ClaimedRows:
     async with env.pool.acquire() as conn:
         return await db.task_claim(
-            conn, env.client._queries, "plain", [noop.name], limit, 30.0, "w", []
+            conn, env.client._queries, db.ClaimRequest("plain", [noop.name], limit, 30.0, "w", [])
         )
 
 

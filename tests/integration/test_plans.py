@@ -124,7 +124,9 @@ async def test_outcome_writes_find_tasks_by_key_with_many_running(
     await cyclone_env.pool.execute("ANALYZE")
     q = cyclone_env.client._queries
     async with cyclone_env.pool.acquire() as conn:
-        rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 5_000, 30.0, "w", [])
+        rows = await db.task_claim(
+            conn, q, db.ClaimRequest("plans", ["plan.noop"], 5_000, 30.0, "w", [])
+        )
     some = rows[:100]
     run_ids, ids, claims = (
         [r["run_id"] for r in some],
@@ -197,7 +199,9 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
         await noop.enqueue_many(cyclone_env.client, list(range(2_000)))
     q = cyclone_env.client._queries
     async with pool.acquire() as conn:
-        rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 200, 30.0, "w", [])
+        rows = await db.task_claim(
+            conn, q, db.ClaimRequest("plans", ["plan.noop"], 200, 30.0, "w", [])
+        )
     run_ids, ids = [r["run_id"] for r in rows], [r["id"] for r in rows]
     claims, n = [r["claims"] for r in rows], len(rows)
     statements: Statements = [
@@ -275,7 +279,9 @@ async def test_workflow_plans_read_steps_and_edges_by_key_with_stale_statistics(
     q = client._queries
     async with pool.acquire() as conn:
         # The whole burst: node_advance and the outcome writes planned for a large batch.
-        rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 300, 30.0, "w", ["plan.flow"])
+        rows = await db.task_claim(
+            conn, q, db.ClaimRequest("plans", ["plan.noop"], 300, 30.0, "w", ["plan.flow"])
+        )
     assert len(rows) == 300 and all(r["node"] == "a" for r in rows)
     run_ids, ids, n = [r["run_id"] for r in rows], [r["id"] for r in rows], len(rows)
     claims, nodes = [r["claims"] for r in rows], [r["node"] for r in rows]
@@ -346,7 +352,9 @@ async def test_flow_control_plans_with_stale_statistics(cyclone_env: CycloneEnv)
     await noop.enqueue_many(client, list(range(500)))
     q = client._queries
     async with pool.acquire() as conn:
-        rows = await db.task_claim(conn, q, "plans", ["plan.noop"], 30, 30.0, "w", [])
+        rows = await db.task_claim(
+            conn, q, db.ClaimRequest("plans", ["plan.noop"], 30, 30.0, "w", [])
+        )
     assert len({r["id"] for r in rows}) == len(rows) > 0
     statements: Statements = [
         ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", [])),
@@ -392,7 +400,14 @@ async def test_a_claim_without_limits_or_keys_counts_nothing(cyclone_env: Cyclon
     client, pool, q = cyclone_env.client, cyclone_env.pool, cyclone_env.client._queries
     await noop.enqueue_many(client, list(range(2_000)))
     async with pool.acquire() as conn:  # some running already, as a limit would count them
-        assert len(await db.task_claim(conn, q, "plans", ["plan.noop"], 20, 30.0, "w", [])) == 20
+        assert (
+            len(
+                await db.task_claim(
+                    conn, q, db.ClaimRequest("plans", ["plan.noop"], 20, 30.0, "w", [])
+                )
+            )
+            == 20
+        )
     await pool.execute("ANALYZE")
 
     async def analyzed(queue: str) -> object:
@@ -467,13 +482,17 @@ async def test_a_claim_locks_only_what_it_takes_under_the_cap(
     transaction still open, locks those 5 tasks and no more of the 20 its capped scan could
     read, and a claim beside it takes 5 others."""
     client, pool = cyclone_env.client, cyclone_env.pool
+
+    def take(limit: int, worker: str) -> db.ClaimRequest:
+        return db.ClaimRequest("plans", [noop.name], limit, 30.0, worker, [])
+
     await noop.enqueue_many(client, list(range(20)))
     unlocked = "SELECT count(*) FROM (SELECT 1 FROM cyclone_tasks FOR UPDATE SKIP LOCKED) t"
     async with pool.acquire() as first, pool.acquire() as second, first.transaction():
-        mine = await claim(first, client._queries, "plans", [noop.name], 5, 30.0, "a", [])
+        mine = await claim(first, client._queries, take(5, "a"))
         async with second.transaction():
             assert await second.fetchval(unlocked) == 15
-        theirs = await claim(second, client._queries, "plans", [noop.name], 5, 30.0, "b", [])
+        theirs = await claim(second, client._queries, take(5, "b"))
     assert len(mine) == len(theirs) == 5
     assert {r["id"] for r in mine}.isdisjoint({r["id"] for r in theirs})
 
@@ -489,8 +508,16 @@ async def test_the_claims_settle_on_their_cached_generic_plans(cyclone_env: Cycl
     q = client._queries
     async with pool.acquire() as conn:
         for _ in range(20):
-            assert len(await db.task_claim_plain(conn, q, "plans", [noop.name], 10, 30, "w", []))
-            assert len(await db.task_claim(conn, q, "plans", [noop.name], 10, 30.0, "w", []))
+            assert len(
+                await db.task_claim_plain(
+                    conn, q, db.ClaimRequest("plans", [noop.name], 10, 30, "w", [])
+                )
+            )
+            assert len(
+                await db.task_claim(
+                    conn, q, db.ClaimRequest("plans", [noop.name], 10, 30.0, "w", [])
+                )
+            )
         rows = await conn.fetch(
             "SELECT substring(statement from '^-- cyclone: (\\w+)') AS name,"
             " generic_plans, custom_plans FROM pg_prepared_statements"
@@ -545,9 +572,11 @@ async def test_outcome_batches_cost_linearly(cyclone_env: CycloneEnv) -> None:
 
     async with pool.acquire() as conn:
         nodes = await db.task_claim_plain(
-            conn, q, "plans", ["plan.noop"], 64, 30.0, "w", ["plan.flow"]
+            conn, q, db.ClaimRequest("plans", ["plan.noop"], 64, 30.0, "w", ["plan.flow"])
         )
-        jobs = await db.task_claim_plain(conn, q, "plans", ["plan.noop"], 64, 30.0, "w", [])
+        jobs = await db.task_claim_plain(
+            conn, q, db.ClaimRequest("plans", ["plan.noop"], 64, 30.0, "w", [])
+        )
     assert len(jobs) == 64 and len(nodes) == 64 and all(r["node"] for r in nodes)
     assert not any(r["node"] for r in jobs)
     # The nodes' completion advances their runs: children counted down by key, not by the

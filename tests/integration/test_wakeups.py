@@ -303,7 +303,9 @@ async def test_maintenance_announces_what_committed_when_a_later_step_fails(
     client = cyclone_env.client
     await mail.enqueue(client, 1)
     async with cyclone_env.pool.acquire() as conn:
-        await db.task_claim(conn, client._queries, "mail", ["mail.send"], 1, 30.0, "w", [])
+        await db.task_claim(
+            conn, client._queries, db.ClaimRequest("mail", ["mail.send"], 1, 30.0, "w", [])
+        )
         await conn.execute("UPDATE cyclone_tasks SET lease_until = now() - interval '1 hour'")
     await client.aclose()
     await listener.settle()

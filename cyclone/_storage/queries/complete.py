@@ -7,143 +7,92 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from cyclone._storage.loader import Queries
+from cyclone._storage.queries.claim import Fence, Owned
 from cyclone._storage.queries.conn import Conn, Record, fetch, fetchval
 
 
 @dataclass(frozen=True)
 class Completions:
-    """The attempts a completion statement completes, one array each: their runs, task ids,
-    claim tokens (the fence) and outputs as JSON text."""
+    """The attempts a completion statement completes, and their outputs as JSON text, one
+    each."""
 
-    run_ids: Sequence[uuid.UUID]
-    ids: Sequence[int]
-    claims: Sequence[int]
+    fence: Fence
     outputs: Sequence[str]
 
 
 async def job_complete_many(conn: Conn, q: Queries, done: Completions) -> list[Record]:
     """Complete jobs whose attempts still own their tasks; return (id, run_id) of those."""
-    return await fetch(conn, q, "job_complete_many", **vars(done))
+    return await fetch(conn, q, "job_complete_many", **vars(done.fence), outputs=done.outputs)
 
 
 async def node_complete_many(conn: Conn, q: Queries, done: Completions) -> list[Record]:
     """Record completed workflow nodes whose attempts still own their tasks."""
-    return await fetch(conn, q, "node_complete_many", **vars(done))
+    return await fetch(conn, q, "node_complete_many", **vars(done.fence), outputs=done.outputs)
 
 
 async def attempts_completed(
-    conn: Conn,
-    q: Queries,
-    run_ids: Sequence[uuid.UUID],
-    nodes: Sequence[str | None],
-    task_ids: Sequence[int],
-    claims: Sequence[int],
+    conn: Conn, q: Queries, fence: Fence, nodes: Sequence[str | None]
 ) -> set[tuple[uuid.UUID, str | None]]:
-    """The (run, node) of those attempts that completed their job or node."""
-    rows = await fetch(
-        conn,
-        q,
-        "attempts_completed",
-        run_ids=run_ids,
-        nodes=nodes,
-        task_ids=task_ids,
-        claims=claims,
-    )
+    """The (run, node) of those fenced attempts (of ``nodes``) that completed their job or
+    node."""
+    rows = await fetch(conn, q, "attempts_completed", **vars(fence), nodes=nodes)
     return {(r["run_id"], r["node"]) for r in rows}
 
 
 async def task_retry_many(
     conn: Conn,
     q: Queries,
-    run_ids: Sequence[uuid.UUID],
-    ids: Sequence[int],
-    claims: Sequence[int],
+    fence: Fence,
     delays: Sequence[float],
     errors: Sequence[str | None],
     refunds: Sequence[bool],
 ) -> list[Record]:
-    """Put attempts back to available after a delay; return (id, queue) of those owned."""
-    return await fetch(
-        conn,
-        q,
-        "task_retry_many",
-        run_ids=run_ids,
-        ids=ids,
-        claims=claims,
-        delays=delays,
-        errors=errors,
-        refunds=refunds,
-    )
+    """Put the fenced attempts' tasks back to available after a delay each; return (id,
+    queue) of those owned."""
+    args = {"delays": delays, "errors": errors, "refunds": refunds}
+    return await fetch(conn, q, "task_retry_many", **vars(fence), **args)
 
 
-async def job_fail(
-    conn: Conn,
-    q: Queries,
-    run_id: uuid.UUID,
-    task_id: int,
-    claims: int,
-    error: str,
-    *,
-    expired_only: bool,
+class LastAttempt(Owned, Protocol):
+    """An attempt that fails for good: the fenced attempt and the node it ran (None for a
+    job)."""
+
+    @property
+    def node(self) -> str | None: ...
+
+
+async def task_fail(
+    conn: Conn, q: Queries, attempt: LastAttempt, error: str, *, expired_only: bool
 ) -> bool:
-    """Fail a job's last attempt; whether its run failed by this call."""
-    row = await fetchval(
-        conn,
-        q,
-        "job_fail",
-        run_id=run_id,
-        task_id=task_id,
-        claims=claims,
-        error=error,
-        expired_only=expired_only,
-    )
-    return row is not None
+    """Fail a job's or a workflow node's last attempt, recording ``error``; with
+    ``expired_only``, only while its lease is still expired.
 
-
-async def node_fail(
-    conn: Conn,
-    q: Queries,
-    run_id: uuid.UUID,
-    task_id: int,
-    claims: int,
-    error: str,
-    *,
-    expired_only: bool,
-) -> bool:
-    """Fail a workflow node's last attempt; whether the attempt still owned its task."""
-    row = await fetchval(
-        conn,
-        q,
-        "node_fail",
-        run_id=run_id,
-        task_id=task_id,
-        claims=claims,
-        error=error,
-        expired_only=expired_only,
-    )
+    For a job (``job_fail``), whether its run failed by this call; for a node
+    (``node_fail``), whether the attempt still owned its task (the caller fails the run).
+    """
+    params = {
+        "run_id": attempt.run_id,
+        "task_id": attempt.id,
+        "claims": attempt.claims,
+        "error": error,
+        "expired_only": expired_only,
+    }
+    if attempt.node is None:
+        row = await fetchval(conn, q, "job_fail", **params)
+    else:
+        row = await fetchval(conn, q, "node_fail", **params)
     return row is not None
 
 
 async def attempts_released(
-    conn: Conn,
-    q: Queries,
-    run_ids: Sequence[uuid.UUID],
-    task_ids: Sequence[int],
-    claims: Sequence[int],
-    attempts: Sequence[int],
+    conn: Conn, q: Queries, fence: Fence, attempts: Sequence[int]
 ) -> set[tuple[int, int]]:
-    """The (task, claims) of those attempts that put their task back in its queue."""
-    rows = await fetch(
-        conn,
-        q,
-        "attempts_released",
-        run_ids=run_ids,
-        task_ids=task_ids,
-        claims=claims,
-        attempts=attempts,
-    )
+    """The (task, claims) of those fenced attempts (numbered ``attempts``) that put their
+    task back in its queue."""
+    rows = await fetch(conn, q, "attempts_released", **vars(fence), attempts=attempts)
     return {(r["id"], r["claims"]) for r in rows}
 
 

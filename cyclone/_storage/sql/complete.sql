@@ -44,13 +44,13 @@ FROM done d
 WHERE s.run_id = d.run_id AND s.node = d.node
 RETURNING d.id, d.claims, s.run_id, s.node;
 
--- name: attempts_completed(run_ids, nodes, task_ids, claims)
+-- name: attempts_completed(run_ids, nodes, ids, claims)
 -- Which of these attempts (run, node or NULL for a job, task id, claim count) completed
 -- their job or node: after a completion write whose reply was lost, whether it committed.
 -- (task id, claims) names one attempt for good: ids are never reused, every claim counts up.
 -- Each attempt's run or step by key (an EXISTS here is hashed over the whole history).
 SELECT a.run_id, a.node
-FROM unnest(:run_ids::uuid[], :nodes::text[], :task_ids::bigint[], :claims::int[])
+FROM unnest(:run_ids::uuid[], :nodes::text[], :ids::bigint[], :claims::int[])
     AS a (run_id, node, task, claims)
 WHERE CASE WHEN a.node IS NULL
     THEN (SELECT r.completed_task = a.task AND r.completed_claims = a.claims
@@ -144,14 +144,14 @@ FROM gone g
 WHERE s.run_id = g.run_id AND s.node = g.node
 RETURNING s.run_id, s.node;
 
--- name: attempts_released(run_ids, task_ids, claims, attempts)
+-- name: attempts_released(run_ids, ids, claims, attempts)
 -- Which of these attempts (run, task id, claim count, attempt number) put their task back in
 -- its queue (retry, snooze, hand-back): after such a write whose reply was lost, whether it
 -- committed. The attempt released its task if the task is available with the same claim
 -- count, or was claimed again since, and maintenance did not reclaim that attempt instead
 -- (task_reclaim records a LeaseExpired error for it). Each task by key, in a scalar subquery.
 SELECT a.id, a.claims
-FROM unnest(:run_ids::uuid[], :task_ids::bigint[], :claims::int[], :attempts::int[])
+FROM unnest(:run_ids::uuid[], :ids::bigint[], :claims::int[], :attempts::int[])
     AS a (run_id, id, claims, attempt)
 WHERE (SELECT (t.claims > a.claims OR (t.claims = a.claims AND t.state = 'available'))
               AND NOT t.errors @> jsonb_build_array(jsonb_build_object(
