@@ -22,7 +22,7 @@ from cyclone._enqueue.insert import Inserter
 from cyclone._enqueue.wakeups import TrackedConnection, track_wakeups
 from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
-from cyclone._model.context import HandlerContext
+from cyclone._model.context import HandlerAttempt, HandlerContext
 from cyclone._model.errors import InvalidInputError, ReadOnlyServerError
 from cyclone._model.handles import (
     QueueStats,
@@ -123,9 +123,9 @@ class Client(AsyncResource):
     def __repr__(self) -> str:
         return f"<cyclone.Client schema={self.schema!r}>"
 
-    def _new_context(self, **fields: Any) -> Context:
+    def _new_context(self, attempt: HandlerAttempt, **fields: Any) -> Context:
         # A worker's handlers get their contexts here, so that ``ctx.client`` is this client.
-        return Context(client=self, **fields)
+        return Context(self, attempt, **fields)
 
     def observe(self, observer: Observer) -> None:
         """Report enqueues, claims, outcomes and spans of this client and its workers to

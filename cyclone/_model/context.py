@@ -71,32 +71,45 @@ class HandlerScope:
             raise ContextError(f"{what} from a task other than the handler's own")
 
 
+class HandlerAttempt(Protocol):
+    """The attempt a handler runs, as its claimed task names it: its run, node (None for a
+    job), kind, number, most attempts, and the queue it was claimed from."""
+
+    @property
+    def run_id(self) -> uuid.UUID: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def queue(self) -> str: ...
+
+
 class HandlerContext(Generic[C]):
     """What a handler knows about its attempt, passed as its first argument: ``client`` is
     a ``C``. ``cyclone.Context`` is the context with the facade's ``cyclone.Client``."""
 
     def __init__(
         self,
-        *,
         client: C,
-        run_id: uuid.UUID,
-        node: str | None,
-        kind: str,
-        attempt: int,
-        max_attempts: int,
-        queue: str,
+        attempt: HandlerAttempt,
+        *,
         outputs: dict[str, Any] | None = None,
         output_types: dict[str, Any] | None = None,
         completion: Completion | None = None,
         scope: HandlerScope | None = None,
     ) -> None:
         self.client = client
-        self.run_id = run_id
-        self.node = node
-        self.kind = kind
-        self.attempt = attempt
-        self.max_attempts = max_attempts
-        self.queue = queue
+        self.run_id = attempt.run_id
+        self.node = attempt.node
+        self.kind = attempt.kind
+        self.attempt = attempt.attempt
+        self.max_attempts = attempt.max_attempts
+        self.queue = attempt.queue
         self._outputs = outputs or {}
         self._output_types = output_types or {}
         self._completion = completion

@@ -191,12 +191,7 @@ class Executor:
         node = workflow.get_node(claimed.node) if workflow and claimed.node else None
         output_types = self._output_types[workflow.name] if workflow else None
         ctx = self._new_context(
-            run_id=claimed.run_id,
-            node=claimed.node,
-            kind=claimed.kind,
-            attempt=claimed.attempt,
-            max_attempts=claimed.max_attempts,
-            queue=claimed.queue,
+            claimed,
             outputs=outputs,
             output_types=output_types,
             completion=completion,

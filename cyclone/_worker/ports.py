@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from cyclone._model.context import HandlerContext
+    from cyclone._model.context import HandlerAttempt, HandlerContext
     from cyclone._model.ports import Inserter
     from cyclone._services.bundle import Services
     from cyclone._services.observe import Observers
@@ -33,4 +33,4 @@ class WorkerClient(Protocol):
     @property
     def retention(self) -> Retention | None: ...
 
-    def _new_context(self, **fields: Any) -> HandlerContext[Any]: ...
+    def _new_context(self, attempt: HandlerAttempt, **fields: Any) -> HandlerContext[Any]: ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from cyclone._client import Client, Context
@@ -30,14 +31,22 @@ def new_context(
     :class:`cyclone.ContextError`. ``client`` may stay None when the handler only enqueues
     through the recorder.
     """
+    run = _TestAttempt(run_id or uuid.uuid4(), node, kind, attempt, max_attempts, queue)
     return Context(
-        client=client,  # type: ignore[arg-type]
-        run_id=run_id or uuid.uuid4(),
-        node=node,
-        kind=kind,
-        attempt=attempt,
-        max_attempts=max_attempts,
-        queue=queue,
+        client,  # type: ignore[arg-type]
+        run,
         outputs=dict(outputs or {}),
         completion=completion_tx,
     )
+
+
+@dataclass(frozen=True)
+class _TestAttempt:
+    """The attempt a test's context stands for."""
+
+    run_id: uuid.UUID
+    node: str | None
+    kind: str
+    attempt: int
+    max_attempts: int
+    queue: str
