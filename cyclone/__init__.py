@@ -69,15 +69,17 @@ from cyclone._model.handles import (
     UnservedWork,
     WorkerInfo,
 )
+from cyclone._model.nodes import MAX_ITEMS, Branch, Node
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
 from cyclone._model.ports import Tx
 from cyclone._model.schedules import (
     Schedule,
     schedule,
 )
+from cyclone._model.settled import Settled
 from cyclone._model.steps import Kind, Step, action, register_kind, step
 from cyclone._model.wakeups import Wakeups
-from cyclone._model.workflows import Node, ResultWorkflow, Workflow, define, define_result
+from cyclone._model.workflows import ResultWorkflow, Workflow, define, define_result
 from cyclone._services.observe import Observer
 from cyclone._services.queues import KindLimits, QueueLimits, Queues, QueueSettings
 from cyclone._services.runs import Retention
@@ -94,6 +96,8 @@ except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path, ne
     __version__ = "0+unknown"
 
 __all__ = [
+    "MAX_ITEMS",
+    "Branch",
     "Client",
     "ConflictError",
     "Context",
@@ -145,6 +149,7 @@ __all__ = [
     "Schedules",
     "SchemaNotMigratedError",
     "SchemaVersionError",
+    "Settled",
     "SetupError",
     "Snooze",
     "StateError",

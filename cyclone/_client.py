@@ -53,7 +53,7 @@ from cyclone._storage.loader import Queries
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from cyclone._model.workflows import Node
+    from cyclone._model.nodes import Node
 
 logger = logging.getLogger("cyclone")
 

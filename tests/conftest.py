@@ -203,10 +203,10 @@ async def recording_queries(conn: asyncpg.pool.PoolConnectionProxy) -> AsyncIter
         conn.remove_query_logger(log)
 
 
-async def count_rows(env: CycloneEnv, table: str) -> int:
-    """Rows in one of Cyclone's tables."""
+async def count_rows(env: CycloneEnv, table: str, where: str = "true") -> int:
+    """Rows in one of Cyclone's tables (``where``: a condition of the test's own)."""
     assert table in {"cyclone_runs", "cyclone_steps", "cyclone_edges", "cyclone_tasks"}
-    return int(await env.pool.fetchval(f"SELECT count(*) FROM public.{table}"))
+    return int(await env.pool.fetchval(f"SELECT count(*) FROM public.{table} WHERE {where}"))
 
 
 async def waiting_on_a_lock(env: CycloneEnv, pid: int | None = None) -> None:

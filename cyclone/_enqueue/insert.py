@@ -1,7 +1,7 @@
 """The one insert path behind every enqueue and submit variant, on either driver.
 
 A call is checked and turned into a plan (:class:`JobPlan`, or the workflow's
-:class:`~cyclone._model.workflows.SubmitPlan`) before the first statement, so bad input writes
+:class:`~cyclone._model.plans.SubmitPlan`) before the first statement, so bad input writes
 nothing. A :class:`Target` then writes the plan: where the connection comes from and what
 happens to the wakeup are the target's, the statements and their retry rules are
 :class:`DatabaseTarget`'s, written once:

@@ -27,13 +27,14 @@ from cyclone._model.errors import (
 )
 from cyclone._model.ids import uuid7
 from cyclone._model.options import Options
+from cyclone._services import transitions
 from cyclone._services.observe import Observers
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
 
 if TYPE_CHECKING:
+    from cyclone._model.plans import SubmitPlan
     from cyclone._model.steps import Kind
-    from cyclone._model.workflows import SubmitPlan
 
 logger = logging.getLogger("cyclone")
 
@@ -184,11 +185,23 @@ class DatabaseTarget:
 
     async def _insert_run(self, plan: SubmitPlan, trace: str | None) -> tuple[uuid.UUID, bool]:
         q = self.settings._queries
-        async with self.connection(transaction=False) as conn:
+        queues = set(plan.queues)
+        # Root map nodes grow their items in the insert's transaction.
+        async with self.connection(transaction=bool(plan.root_maps)) as conn:
             for _ in range(_KEY_TRIES):
                 run_id = uuid7()
-                inserted = await db.workflow_insert(conn, q, run_id, *plan.arguments(trace))
+                inserted = await db.workflow_insert(
+                    conn, q, run_id, *plan.arguments(trace), shape=plan.shape
+                )
                 if inserted is not None:
+                    if plan.root_maps:
+                        roots = list(plan.root_maps)
+                        effects = transitions.Effects()
+                        done = await transitions.expand_maps(
+                            conn, q, [run_id] * len(roots), roots, effects, plan.options.process_at
+                        )
+                        effects.merge(await transitions.advance(conn, q, done.run_ids, done.nodes))
+                        queues |= effects.queues
                     break
                 assert plan.key is not None  # only a keyed insert can insert nothing
                 existing = await db.workflow_find_key(conn, q, plan.name, plan.key, plan.encoded)
@@ -200,7 +213,7 @@ class DatabaseTarget:
             else:
                 raise KeyContentionError("submit", str(plan.key), plan.name)
         if plan.options.claimable_now():
-            self.woke(plan.queues)
+            self.woke(sorted(queues))
         return inserted, True
 
 

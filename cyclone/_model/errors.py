@@ -104,10 +104,11 @@ class RunOutcomeError(CycloneError):
 
 
 class NoOutputError(RunOutcomeError):
-    """The run has no result node, so there is no typed result to return."""
+    """The run has no result node, or its result node was skipped (a branch before it was
+    not taken), so there is no typed result to return."""
 
-    def __init__(self, run_id: uuid.UUID) -> None:
-        super().__init__(f"run {run_id} has no result node", run_id)
+    def __init__(self, run_id: uuid.UUID, why: str = "has no result node") -> None:
+        super().__init__(f"run {run_id} {why}", run_id)
 
 
 class RunFailedError(RunOutcomeError):

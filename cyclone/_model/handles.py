@@ -38,10 +38,11 @@ _TERMINAL = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """One node (step or wait) of a run.
+    """One node (step, wait, map or map item) of a run.
 
     ``state`` is one of pending, available, scheduled, running, waiting, completed, failed,
-    cancelled. ``errors`` holds every failed attempt's error, oldest first.
+    cancelled, skipped. ``errors`` holds every failed attempt's error, oldest first. An item
+    node of a map node has ``map_of`` (the map node's name) and ``item`` (its index).
     """
 
     name: str
@@ -49,6 +50,8 @@ class NodeInfo:
     state: str
     attempts: int
     errors: list[dict[str, Any]]
+    map_of: str | None = None
+    item: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,10 +51,11 @@ class NodeState(enum.StrEnum):
 
     PENDING = "pending"  # dependencies not done, or parked while its run is not pending
     QUEUED = "queued"  # released: it has a task row
-    WAITING = "waiting"  # a reachable wait node without its signal
+    WAITING = "waiting"  # a reachable wait node without its signal, a map node's items run
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    SKIPPED = "skipped"  # never run: a branch before it was not taken
 
 
 class TaskState(enum.StrEnum):
@@ -76,6 +77,7 @@ class ReportedNodeState(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    SKIPPED = "skipped"
 
 
 STORED_RUN_STATES = frozenset(RunState) - {RunState.RUNNING}
@@ -126,7 +128,7 @@ _ENDED = (R.COMPLETED, R.FAILED, R.CANCELLED)
 _LIVE_TASK = (T.AVAILABLE, T.RUNNING, T.FAILED)
 _ENQUEUE = "job_insert_many job_insert_many_grouped"
 _UNIQUE = "job_insert_unique job_insert_unique_grouped"
-_SUBMIT = "workflow_insert workflow_insert_grouped"
+_SUBMIT = "workflow_insert workflow_insert_grouped workflow_insert_dynamic"
 _FENCED = "the task is still running under the attempt's claim count"
 
 # fmt: off
@@ -161,12 +163,35 @@ TRANSITIONS: tuple[Transition, ...] = (
     # Workflow nodes.
     *_t(Table.NODES, _NEW, N.PENDING, _SUBMIT, "the node has dependencies", "submit"),
     *_t(Table.NODES, _NEW, N.QUEUED, _SUBMIT, "a root step (it gets its task)", "submit"),
-    *_t(Table.NODES, _NEW, N.WAITING, _SUBMIT, "a root wait node", "submit"),
+    *_t(Table.NODES, _NEW, N.WAITING, _SUBMIT, "a root wait node or map node", "submit"),
     *_t(Table.NODES, N.PENDING, N.QUEUED, "node_advance run_release",
-        "a step with no dependency left; run pending (locked)", "completer, signal, retry"),
-    *_t(Table.NODES, N.PENDING, N.WAITING, "node_advance run_release",
-        "a wait node with no dependency left; run pending (locked)",
+        "a step with no dependency left, its join satisfied; run pending (locked)",
         "completer, signal, retry"),
+    *_t(Table.NODES, N.PENDING, N.WAITING, "node_advance run_release",
+        "a wait node or map node with no dependency left, its join satisfied; run pending "
+        "(locked)", "completer, signal, retry"),
+    *_t(Table.NODES, N.PENDING, N.SKIPPED, "node_advance run_release",
+        "no dependency left, its join not satisfied (all: a branch to it not taken or a "
+        "parent skipped; any: none taken); run pending (locked)", "completer, signal, retry"),
+    *_t(Table.NODES, _NEW, N.QUEUED, "map_expand",
+        "an item node of a reached map node, among the first max_parallel; run pending",
+        "completer, signal, retry, submit"),
+    *_t(Table.NODES, _NEW, N.PENDING, "map_expand",
+        "an item node past the first max_parallel, or its run not pending",
+        "completer, signal, retry, submit"),
+    *_t(Table.NODES, N.WAITING, N.COMPLETED, "map_expand",
+        "a map node not expanded yet, over an empty list", "completer, signal, retry, submit"),
+    *_t(Table.NODES, N.WAITING, N.FAILED, "map_expand",
+        "a map node not expanded yet, over more than max_items or a value that is no list",
+        "completer, signal, retry, submit"),
+    *_t(Table.NODES, N.PENDING, N.QUEUED, "map_settle",
+        "the next item nodes, one per item settled; run pending", "completer, maintenance"),
+    *_t(Table.NODES, N.PENDING, N.PENDING, "map_settle",
+        "the next item nodes, one per item settled, parked (no dependency left): run not "
+        "pending", "completer, maintenance"),
+    *_t(Table.NODES, N.WAITING, N.COMPLETED, "map_settle",
+        "a map node whose last item settled (completed, or failed in a settling map)",
+        "completer, maintenance"),
     *_t(Table.NODES, N.QUEUED, N.COMPLETED, "node_complete_many", _FENCED, "completer"),
     *_t(Table.NODES, N.WAITING, N.COMPLETED, "wait_complete_many", "its signal is stored",
         "completer, signal, retry"),
@@ -179,10 +204,10 @@ TRANSITIONS: tuple[Transition, ...] = (
     *_t(Table.NODES, N.QUEUED, N.PENDING, "task_reclaim",
         "parked: lease expired, attempts left; its run is no longer pending", "maintenance"),
     *_t(Table.NODES, (N.QUEUED, N.WAITING), N.PENDING, "run_fail",
-        "parked: its task was dropped (available, or running with drop_running), or waiting",
-        "completer, maintenance"),
+        "parked: its task was dropped (available, or running with drop_running), or a "
+        "waiting wait node", "completer, maintenance"),
     *_t(Table.NODES, (N.PENDING, N.QUEUED, N.WAITING), N.CANCELLED, "run_cancel",
-        "not completed or failed; its run cancelled by this statement", "cancel"),
+        "not completed, failed or skipped; its run cancelled by this statement", "cancel"),
     *_t(Table.NODES, N.FAILED, N.PENDING, "run_reopen",
         "failed (only the named node, when given); run failed (locked)", "retry"),
     *_t(Table.NODES, tuple(N), _GONE, "run_purge", "its run is purged", "purge, retention"),
@@ -192,6 +217,8 @@ TRANSITIONS: tuple[Transition, ...] = (
     *_t(Table.TASKS, _NEW, T.AVAILABLE, _SUBMIT, "a root step", "submit"),
     *_t(Table.TASKS, _NEW, T.AVAILABLE, "node_advance run_release",
         "a step released (pending to queued)", "completer, signal, retry"),
+    *_t(Table.TASKS, _NEW, T.AVAILABLE, "map_expand map_settle",
+        "an item node queued", "completer, maintenance, signal, retry, submit"),
     *_t(Table.TASKS, _NEW, T.AVAILABLE, "job_reopen", "the failed job kept no task", "retry"),
     *_t(Table.TASKS, T.FAILED, T.AVAILABLE, "job_reopen",
         "the failed sequenced job's blocking task", "retry"),

@@ -1,6 +1,7 @@
-"""DAG workflows: definition and validation, and the plan of rows a submit writes (pure).
+"""DAG workflows: definition and validation (pure); nodes are in ``nodes``.
 
-A submit turns into a :class:`SubmitPlan` here; the insert path (``cyclone._enqueue``) writes it.
+A submit turns into a :class:`~cyclone._model.plans.SubmitPlan` here; the insert path
+(``cyclone._enqueue``) writes it.
 
 Nodes can only depend on nodes defined before them, so a definition is always acyclic and
 its definition order is a topological order. A submitted run stores its nodes and edges, so
@@ -9,17 +10,30 @@ it keeps the graph it was submitted with when a later deploy changes the definit
 
 from __future__ import annotations
 
-import typing
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, Unpack, overload
 
 from cyclone._model import codec
 from cyclone._model.errors import InvalidInputError, UnknownNodeError
 from cyclone._model.handles import ResultRun, Run
 from cyclone._model.keys import validate_key, validate_name
-from cyclone._model.options import Options, SubmitOptions, check_options, seconds
+from cyclone._model.nodes import (
+    MAX_ITEMS,
+    Branch,
+    Join,
+    MapSettings,
+    Node,
+    accepts,
+    check_items,
+    check_new,
+    dependencies,
+    join_spec,
+    map_node,
+)
+from cyclone._model.options import SubmitOptions, check_options, seconds
+from cyclone._model.plans import SubmitPlan
+from cyclone._model.settled import Settled
 from cyclone._model.steps import Kind, Step
 
 if TYPE_CHECKING:
@@ -29,11 +43,8 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 StepIn = TypeVar("StepIn")
 StepOut = TypeVar("StepOut")
-# A node only gives its output out: a Node[bool] can be the result of a workflow of int.
-Out_co = TypeVar("Out_co", covariant=True)
 
 SUBMIT_OPTIONS = SubmitOptions.__optional_keys__
-_WAIT_QUEUE = "-"  # wait nodes are never claimed; the column wants a value
 # Every workflow this process defined, for the worker's check that a step it serves is not
 # also a node of a workflow it was not given (whose nodes it would then never claim).
 _DEFINED: weakref.WeakSet[Workflow[Any]] = weakref.WeakSet()
@@ -42,61 +53,6 @@ _DEFINED: weakref.WeakSet[Workflow[Any]] = weakref.WeakSet()
 def defined_workflows() -> list[Workflow[Any]]:
     """The workflows defined in this process so far, by name."""
     return sorted(_DEFINED, key=lambda wf: wf.name)
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitPlan:
-    """What a submit writes: the run, its nodes and edges (as ``workflow_insert`` columns)."""
-
-    name: str
-    input: Any
-    encoded: str
-    key: str | None
-    result_node: str | None
-    options: Options
-    nodes: tuple[list[Any], ...]  # names, kinds, queues, max attempts, deps, wait timeouts
-    edges: tuple[list[str], list[str]]  # parents, children
-    queues: list[str]  # of the root steps: what to wake once the run commits
-
-    @property
-    def node_count(self) -> int:
-        """How many nodes the run has."""
-        return len(self.nodes[0])
-
-    def arguments(self, trace: str | None) -> tuple[Any, ...]:
-        """The parameters of ``workflow_insert`` after the run id (``trace``: the trace
-        context to store, taken inside the submit's span)."""
-        opts = self.options
-        priority = 0 if opts.priority is None else opts.priority
-        return (
-            self.name,
-            self.encoded,
-            self.result_node,
-            self.key,
-            self.node_count,
-            opts.run_deadline,
-            priority,
-            opts.process_at,
-            *self.nodes,
-            *self.edges,
-            trace,
-            opts.group,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Node(Generic[Out_co]):
-    """A node of a workflow: a step, or a wait node (``kind is None``) completed by a signal.
-
-    ``Out_co`` is its output type: ``wf.node(step)`` of a ``Step[In, int]`` is a ``Node[int]``,
-    which ``ctx.output(node)`` returns as an ``int``; a wait node is a ``Node[Any]``.
-    """
-
-    name: str
-    kind: Kind[Any, Out_co] | None
-    after: tuple[str, ...]
-    input_fn: Callable[[Any, Mapping[str, Any]], Any] | None = None
-    timeout: float | None = None
 
 
 class Workflow(Generic[In]):
@@ -121,8 +77,9 @@ class Workflow(Generic[In]):
         step: Kind[In, StepOut],
         *,
         name: str | None = ...,
-        after: Sequence[Node[Any] | str] = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
         input: None = ...,
+        join: Join = ...,
     ) -> Node[StepOut]: ...
     @overload
     def node(
@@ -130,25 +87,30 @@ class Workflow(Generic[In]):
         step: Kind[StepIn, StepOut],
         *,
         name: str | None = ...,
-        after: Sequence[Node[Any] | str] = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
         input: Callable[[In, Mapping[str, Any]], StepIn],
+        join: Join = ...,
     ) -> Node[StepOut]: ...
     def node(
         self,
         step: Kind[Any, Any],
         *,
         name: str | None = None,
-        after: Sequence[Node[Any] | str] = (),
+        after: Sequence[Node[Any] | Branch | str] = (),
         input: Callable[[Any, Mapping[str, Any]], Any] | None = None,
+        join: Join = "all",
     ) -> Node[Any]:
         """Add a step node running after ``after``; its name defaults to the step's.
 
         The handler gets the workflow input, or ``input(workflow_input, outputs)`` built
-        from the decoded outputs of its dependencies.
+        from the decoded outputs of its dependencies. A dependency given as
+        ``node.when(value)`` is a branch, taken only when that node's output is ``value``;
+        with ``join="all"`` the node runs only if every dependency completed and every
+        branch to it was taken (else it is skipped), with ``join="any"`` if at least one did.
         """
         if not isinstance(step, Kind):
             raise InvalidInputError(f"{step!r} is not a step or kind")
-        if input is None and not _accepts(step.input_type, self.input_type):
+        if input is None and not accepts(step.input_type, self.input_type):
             raise InvalidInputError(
                 f"step {step.name!r} takes {codec.type_name(step.input_type)}, not the "
                 f"workflow input {codec.type_name(self.input_type)}: pass "
@@ -156,38 +118,118 @@ class Workflow(Generic[In]):
             )
         if input is not None and not callable(input):
             raise InvalidInputError("input= must be a function (workflow_input, outputs)")
-        return self._add(Node(name or step.name, step, self._deps(after), input))
+        deps, conds = dependencies(self.name, self._nodes, after)
+        return self._add(
+            Node(
+                name or step.name,
+                step,
+                deps,
+                input,
+                output_type=step.output_type,
+                spec=join_spec(join, deps),
+                conds=conds,
+            )
+        )
+
+    @overload
+    def map(
+        self: Workflow[list[StepIn]],
+        step: Kind[StepIn, StepOut],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        max_parallel: int | None = ...,
+        settle: Literal[False] = ...,
+        max_items: int = ...,
+        join: Join = ...,
+    ) -> Node[list[StepOut]]: ...
+    @overload
+    def map(
+        self: Workflow[list[StepIn]],
+        step: Kind[StepIn, StepOut],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        max_parallel: int | None = ...,
+        settle: Literal[True],
+        max_items: int = ...,
+        join: Join = ...,
+    ) -> Node[list[Settled[StepOut]]]: ...
+    @overload
+    def map(
+        self,
+        step: Kind[StepIn, StepOut],
+        over: Node[Sequence[StepIn]],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        max_parallel: int | None = ...,
+        settle: Literal[False] = ...,
+        max_items: int = ...,
+        join: Join = ...,
+    ) -> Node[list[StepOut]]: ...
+    @overload
+    def map(
+        self,
+        step: Kind[StepIn, StepOut],
+        over: Node[Sequence[StepIn]],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        max_parallel: int | None = ...,
+        settle: Literal[True],
+        max_items: int = ...,
+        join: Join = ...,
+    ) -> Node[list[Settled[StepOut]]]: ...
+    def map(
+        self,
+        step: Kind[Any, Any],
+        over: Node[Any] | None = None,
+        *,
+        name: str | None = None,
+        after: Sequence[Node[Any] | Branch | str] = (),
+        max_parallel: int | None = None,
+        settle: bool = False,
+        max_items: int = MAX_ITEMS,
+        join: Join = "all",
+    ) -> Node[Any]:
+        """Add a map node: ``step`` runs once per item of a list, each item an input.
+
+        The list is the output of node ``over`` (which the map runs after), or the workflow
+        input when ``over`` is omitted. When the map node is reached, its item nodes
+        (``name[0]``, ``name[1]``...) are created in the same transaction; at most
+        ``max_parallel`` of them run at once. Its output, for the nodes after it, is the
+        list of the items' outputs in item order (an empty list completes it at once).
+
+        An item that fails its last attempt fails the run, unless ``settle=True``: then
+        every item runs to its end and the output is a list of :class:`Settled`, each
+        item's value or error. A list longer than ``max_items`` fails the map node.
+        """
+        settings = MapSettings(max_parallel, settle, max_items)
+        where = (self.name, self._nodes, self.input_type)
+        return self._add(map_node(where, step, over, name, after, join, settings))
 
     def wait(
-        self, name: str, *, after: Sequence[Node[Any] | str] = (), timeout: float | None = None
+        self,
+        name: str,
+        *,
+        after: Sequence[Node[Any] | Branch | str] = (),
+        timeout: float | None = None,
+        join: Join = "all",
     ) -> Node[Any]:
         """Add a wait node: it completes when ``client.signal(run_id, name, payload)`` comes.
 
         With ``timeout`` (seconds after it becomes reachable) it fails when no signal came.
+        ``after`` and ``join`` are as for :meth:`node`.
         """
         wait_timeout = None if timeout is None else seconds(timeout, what="timeout")
-        return self._add(Node(name, None, self._deps(after), None, wait_timeout))
-
-    def _deps(self, after: Sequence[Node[Any] | str]) -> tuple[str, ...]:
-        names = []
-        for dep in after:
-            dep_name = dep.name if isinstance(dep, Node) else dep
-            if dep_name not in self._nodes or (
-                isinstance(dep, Node) and self._nodes[dep_name] is not dep
-            ):
-                raise UnknownNodeError(
-                    f"workflow {self.name!r} has no node {dep_name!r} (define it before use)",
-                    dep_name,
-                )
-            if dep_name in names:
-                raise InvalidInputError(f"node {dep_name!r} is listed twice in after=")
-            names.append(dep_name)
-        return tuple(names)
+        deps, conds = dependencies(self.name, self._nodes, after)
+        return self._add(
+            Node(name, None, deps, None, wait_timeout, spec=join_spec(join, deps), conds=conds)
+        )
 
     def _add(self, node: Node[Out]) -> Node[Out]:
-        validate_name(node.name, what="a node name")
-        if node.name in self._nodes:
-            raise InvalidInputError(f"workflow {self.name!r} already has a node {node.name!r}")
+        check_new(self.name, self._nodes, node)
         self._nodes[node.name] = node
         return node
 
@@ -212,7 +254,7 @@ class Workflow(Generic[In]):
 
     def output_types(self) -> dict[str, Any]:
         """Each node's output type, by node name."""
-        return {n: (nd.kind.output_type if nd.kind else Any) for n, nd in self._nodes.items()}
+        return {n: nd.output_type for n, nd in self._nodes.items()}
 
     # Submitting
 
@@ -265,24 +307,9 @@ class Workflow(Generic[In]):
             limit=payload_limit,
         )
         nodes = list(self._nodes.values())
-        return SubmitPlan(
-            name=self.name,
-            input=input,
-            encoded=encoded,
-            key=None if key is None else validate_key(key),
-            result_node=result_node,
-            options=opts,
-            nodes=(
-                [n.name for n in nodes],
-                [n.kind.name if n.kind else None for n in nodes],
-                [n.kind.queue if n.kind else _WAIT_QUEUE for n in nodes],
-                [n.kind.max_attempts if n.kind else 1 for n in nodes],
-                [len(n.after) for n in nodes],
-                [n.timeout for n in nodes],
-            ),
-            edges=([p for n in nodes for p in n.after], [n.name for n in nodes for _ in n.after]),
-            queues=sorted({n.kind.queue for n in nodes if n.kind and not n.after}),
-        )
+        check_items(self.name, nodes, input)
+        key = None if key is None else validate_key(key)
+        return SubmitPlan.of(self.name, nodes, input, encoded, key, result_node, opts)
 
     async def _submit(
         self,
@@ -308,9 +335,9 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
         if not isinstance(node, Node) or self._nodes.get(node.name) is not node:
             name = node.name if isinstance(node, Node) else repr(node)
             raise UnknownNodeError(f"{node!r} is not a node of workflow {self.name!r}", name)
-        if node.kind is not None and not _accepts(self.output_type, node.kind.output_type):
+        if node.kind is not None and not accepts(self.output_type, node.output_type):
             raise InvalidInputError(
-                f"node {node.name!r} outputs {codec.type_name(node.kind.output_type)}, "
+                f"node {node.name!r} outputs {codec.type_name(node.output_type)}, "
                 f"not the workflow result {codec.type_name(self.output_type)}"
             )
         self._result = node.name
@@ -351,18 +378,6 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
         run, created = await super().submit_once_tx(client, tx, key, input, **options)
         assert isinstance(run, ResultRun)
         return run, created
-
-
-def _accepts(wanted: Any, given: Any) -> bool:
-    wanted, given = _bare(wanted), _bare(given)
-    if wanted is Any or wanted is object or wanted == given:
-        return True
-    return isinstance(wanted, type) and isinstance(given, type) and issubclass(given, wanted)
-
-
-def _bare(tp: Any) -> Any:
-    """``tp`` without its ``Annotated`` constraints, which the worker checks on decode."""
-    return typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
 
 
 @overload

@@ -198,6 +198,8 @@ class Runs:
                 state=n["state"],
                 attempts=n["attempts"],
                 errors=codec.decode(n["errors"], list[dict[str, Any]]),
+                map_of=n["map_of"],
+                item=n["item"],
             )
             for n in nodes
         )
@@ -288,6 +290,8 @@ def result_of(run_id: uuid.UUID, row: db.Record, output_type: Any) -> Any:
         raise RunCancelledError(run_id)
     if not row["job"] and row["result_node"] is None:
         raise NoOutputError(run_id)
+    if not row["job"] and row["output"] is None:  # a branch before it was not taken
+        raise NoOutputError(run_id, f"completed with its result node {row['result_node']} skipped")
     return codec.decode(row["output"], output_type)
 
 

@@ -9,6 +9,7 @@ what to publish after commit.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,34 +40,147 @@ class Effects:
         self.queues |= other.queues
         self.ended |= other.ended
 
+    def merged(self, other: Effects) -> Effects:
+        """These announcements with ``other``'s added."""
+        self.merge(other)
+        return self
+
     def payloads(self) -> list[str]:
         """NOTIFY payloads for these announcements."""
         return [queue_payload(q) for q in sorted(self.queues)] + run_payloads(self.ended)
 
 
 async def advance(
-    conn: db.Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+    conn: db.Conn,
+    q: Queries,
+    run_ids: Sequence[uuid.UUID],
+    nodes: Sequence[str],
+    *,
+    skipped: Sequence[bool] | None = None,
 ) -> Effects:
-    """Advance the DAG after ``nodes`` completed (runs locked by the caller).
+    """Advance the DAG after ``nodes`` completed (or were ``skipped``; runs locked by the
+    caller), until nothing more moves in this transaction.
 
-    A wait node whose signal arrived before it was reachable completes as soon as it is
-    reached, which can release further nodes (see :func:`finish_waits`).
+    Releasing a node can settle others at once, each of which is advanced past in turn: a
+    wait node whose signal arrived before it was reachable completes, a map node grows its
+    item nodes (completing at once over an empty list), and a node whose branch was not taken
+    is skipped.
     """
     effects = Effects()
-    if not run_ids:
-        return effects
-    signalled_runs, signalled_nodes = [], []
-    for row in await db.node_advance(conn, q, run_ids, nodes):
+    flags = [False] * len(nodes) if skipped is None else list(skipped)
+    done = _Done(list(run_ids), list(nodes), flags)
+    while done.run_ids:
+        rows = await db.node_advance(conn, q, done.run_ids, done.nodes, done.skipped)
+        done = await _released(conn, q, rows, effects)
+    return effects
+
+
+async def _released(
+    conn: db.Conn, q: Queries, rows: Sequence[db.Record], effects: Effects
+) -> _Done:
+    """Act on what released nodes became (``rows`` of node_advance or run_release: what,
+    value, run_id, node), adding what to announce to ``effects``; returns the nodes that
+    settled at once, to advance past next."""
+    settled, signalled, maps = _Done(), _Done(), _Done()
+    for row in rows:
+        what = row["what"]
+        if what == "queue":
+            effects.queues.add(row["value"])
+        elif what == "ended":
+            effects.ended.add(row["run_id"])
+        elif what == "skipped":
+            settled.add(row["run_id"], row["node"], skipped=True)
+        elif what == "map":
+            maps.add(row["run_id"], row["node"], skipped=False)
+        elif what == "signalled":
+            signalled.add(row["run_id"], row["node"], skipped=False)
+    if signalled.run_ids:
+        finished = await db.wait_complete_many(conn, q, signalled.run_ids, signalled.nodes)
+        settled.add_all([r["run_id"] for r in finished], [r["node"] for r in finished])
+    if maps.run_ids:
+        settled.extend(await expand_maps(conn, q, maps.run_ids, maps.nodes, effects))
+    return settled
+
+
+async def expand_maps(
+    conn: db.Conn,
+    q: Queries,
+    run_ids: Sequence[uuid.UUID],
+    nodes: Sequence[str],
+    effects: Effects,
+    available_at: dt.datetime | None = None,
+) -> _Done:
+    """Grow the item nodes of reached map nodes (runs locked by the caller), their tasks
+    claimable from ``available_at`` (None: now), adding what to announce to ``effects``;
+    returns the map nodes that completed at once (over an empty list), for the caller to
+    advance past. A map node given too many items fails its run."""
+    completed = _Done()
+    for row in await db.map_expand(conn, q, run_ids, nodes, available_at):
+        what = row["what"]
+        if what == "queue":
+            effects.queues.add(row["value"])
+        elif what == "completed":
+            completed.add(row["run_id"], row["node"], skipped=False)
+        else:  # failed: the list was too long, or not a list
+            await db.run_fail(conn, q, row["run_id"], row["value"], drop_running=False)
+            effects.ended.add(row["run_id"])
+    return completed
+
+
+async def settle_items(
+    conn: db.Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+) -> Effects:
+    """Count settled item nodes down on their map nodes (runs locked by the caller): the
+    next items are released, and a map node whose items are all settled completes and is
+    advanced past."""
+    effects = Effects()
+    completed = _Done()
+    for row in await db.map_settle(conn, q, run_ids, nodes):
         if row["what"] == "queue":
             effects.queues.add(row["value"])
-        elif row["what"] == "ended":
-            effects.ended.add(row["run_id"])
         else:
-            signalled_runs.append(row["run_id"])
-            signalled_nodes.append(row["node"])
-    if signalled_runs:
-        effects.merge(await finish_waits(conn, q, signalled_runs, signalled_nodes))
+            completed.add(row["run_id"], row["node"], skipped=False)
+    if completed.run_ids:
+        effects.merge(await advance(conn, q, completed.run_ids, completed.nodes))
     return effects
+
+
+async def advance_completed(conn: db.Conn, q: Queries, rows: Sequence[db.Record]) -> Effects:
+    """Advance past nodes that ``node_complete_many`` completed (``rows``: run_id, node,
+    map_of): an item node settles on its map node, any other node releases its children."""
+    nodes, items = _Done(), _Done()
+    for r in rows:
+        (nodes if r["map_of"] is None else items).add(r["run_id"], r["node"], skipped=False)
+    effects = await advance(conn, q, nodes.run_ids, nodes.nodes)
+    if items.run_ids:
+        effects.merge(await settle_items(conn, q, items.run_ids, items.nodes))
+    return effects
+
+
+@dataclass(slots=True)
+class _Done:
+    """Nodes to advance past, as node_advance takes them (one list per column)."""
+
+    run_ids: list[uuid.UUID] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    skipped: list[bool] = field(default_factory=list)
+
+    def add(self, run_id: uuid.UUID, node: str, *, skipped: bool) -> None:
+        self.run_ids.append(run_id)
+        self.nodes.append(node)
+        self.skipped.append(skipped)
+
+    def add_all(
+        self, run_ids: Sequence[uuid.UUID], nodes: Sequence[str], *, skipped: bool = False
+    ) -> None:
+        self.run_ids.extend(run_ids)
+        self.nodes.extend(nodes)
+        self.skipped.extend([skipped] * len(nodes))
+
+    def extend(self, other: _Done) -> None:
+        self.run_ids.extend(other.run_ids)
+        self.nodes.extend(other.nodes)
+        self.skipped.extend(other.skipped)
 
 
 async def finish_waits(
@@ -144,15 +258,15 @@ async def retry(conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str | None) 
         raise InvalidStateError(f"node {node!r} of run {run_id} has not failed")
     if not reopened["reopened"]:
         return effects  # another failed node keeps the run failed; this one was reset
-    signalled = []
-    for row in await db.run_release(conn, q, run_id):
-        if not row["wait"]:
-            effects.queues.add(row["queue"])
-        elif row["signalled"]:
-            signalled.append(row["node"])
-    if signalled:
-        effects.merge(await finish_waits(conn, q, [run_id] * len(signalled), signalled))
-    return effects
+    return effects.merged(await release(conn, q, run_id))
+
+
+async def release(conn: db.Conn, q: Queries, run_id: uuid.UUID) -> Effects:
+    """Release the ready nodes of a re-opened run (locked by the caller), and advance past
+    those that settle at once (signalled waits, skipped nodes, empty maps)."""
+    effects = Effects()
+    done = await _released(conn, q, await db.run_release(conn, q, run_id), effects)
+    return effects.merged(await advance(conn, q, done.run_ids, done.nodes, skipped=done.skipped))
 
 
 async def signal(conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str, payload: str) -> Effects:
@@ -183,11 +297,14 @@ async def fail_node_or_job(
     """
     run_id = attempt.run_id
     if attempt.node is None:
-        failed = await db.task_fail(conn, q, attempt, error, expired_only=expired_only)
-        return failed, Effects(ended={run_id} if failed else set())
+        ended = await db.task_fail(conn, q, attempt, error, expired_only=expired_only)
+        return ended is not None, Effects(ended={run_id} if ended is not None else set())
     await db.run_lock_many(conn, q, [run_id])
-    if not await db.task_fail(conn, q, attempt, error, expired_only=expired_only):
+    failed = await db.task_fail(conn, q, attempt, error, expired_only=expired_only)
+    if failed is None:
         return False, Effects()
+    if failed["settles"]:  # an item of a map that settles all its items: the run goes on
+        return True, await settle_items(conn, q, [run_id], [attempt.node])
     await db.run_fail(conn, q, run_id, error, drop_running=False)
     return True, Effects(ended={run_id})
 

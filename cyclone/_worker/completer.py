@@ -251,9 +251,7 @@ class Completer:
         """Complete workflow nodes and advance their runs (in the caller's transaction)."""
         await db.run_lock_many(conn, self._q, [o.claimed.run_id for o in outcomes])
         rows = await db.node_complete_many(conn, self._q, _completions(outcomes))
-        effects = await transitions.advance(
-            conn, self._q, [r["run_id"] for r in rows], [r["node"] for r in rows]
-        )
+        effects = await transitions.advance_completed(conn, self._q, rows)
         return {(r["id"], r["claims"]) for r in rows}, effects
 
     async def _complete(

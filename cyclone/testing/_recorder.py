@@ -15,7 +15,7 @@ from cyclone._model.ids import uuid7
 from cyclone._model.options import Options
 
 if TYPE_CHECKING:
-    from cyclone._model.workflows import SubmitPlan
+    from cyclone._model.plans import SubmitPlan
 
 
 @dataclass(frozen=True, slots=True)

@@ -218,7 +218,7 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
         ("task_pending_work", (["plan.noop"], [])),
         ("run_lock_many", (run_ids,)),
         ("run_deadline_due", (100,)),
-        ("node_advance", (run_ids, ["a"] * n)),
+        ("node_advance", (run_ids, ["a"] * n, [False] * n)),
         ("run_purge", (dt.datetime.now(dt.UTC), ["completed"], 1_000)),
     ]
     # As right after the burst, then once autovacuum has analyzed the task table alone.
@@ -290,7 +290,9 @@ async def test_workflow_plans_read_steps_and_edges_by_key_with_stale_statistics(
         ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", ["plan.flow"])),
         ("task_claim_plain", ("plans", ["plan.noop"], 16, 30.0, "w", ["plan.flow"])),
         ("node_complete_many", (run_ids, ids, claims, ["null"] * n)),
-        ("node_advance", (run_ids, nodes)),
+        ("node_advance", (run_ids, nodes, [False] * n)),
+        ("map_expand", (run_ids, nodes, None)),
+        ("map_settle", (run_ids, nodes)),
         ("attempts_completed", (run_ids, nodes, ids, claims)),
         ("attempts_failed", (run_ids, nodes, [error] * n)),
         ("task_retry_many", (run_ids, ids, claims, [0.0] * n, [error] * n, [False] * n)),
@@ -581,9 +583,14 @@ async def test_outcome_batches_cost_linearly(cyclone_env: CycloneEnv) -> None:
     assert not any(r["node"] for r in jobs)
     # The nodes' completion advances their runs: children counted down by key, not by the
     # batch once per child (it took 6 to 12 ms for 100 nodes, 37 to 73 for 400).
-    advance = {"run_ids": [r["run_id"] for r in nodes], "nodes": [r["node"] for r in nodes]}
-    repeated = repeated_array_scans(await analyzed("node_advance", **advance))
-    assert repeated == [], ("node_advance", repeated)
+    batch = {"run_ids": [r["run_id"] for r in nodes], "nodes": [r["node"] for r in nodes]}
+    for name, extra in [
+        ("node_advance", {"skipped": [False] * 64}),
+        ("map_expand", {"available_at": None}),
+        ("map_settle", {}),
+    ]:
+        repeated = repeated_array_scans(await analyzed(name, **batch, **extra))
+        assert repeated == [], (name, repeated)
     for name, rows, extra in [
         ("job_complete_many", jobs, {"outputs": ["null"] * 64}),
         ("node_complete_many", nodes, {"outputs": ["null"] * 64}),

@@ -102,3 +102,51 @@ async def wrong_submits(client: cyclone.Client, tx: cyclone.Tx, order: Order) ->
     await plain.submit(client, {"order_id": 1})  # type: ignore[arg-type]
     await cyclone.submit_tx(client, tx, plain, order, max_attempts=3)  # type: ignore[call-overload]
     await plain.submit(None, order)  # type: ignore[arg-type]
+
+
+# Runtime shapes: a map's output is a list of its step's output; a branch value is of the
+# node's output type.
+
+
+@cyclone.step("order.lines")
+async def lines(ctx: cyclone.Context, order: Order) -> list[int]:
+    return [order.cents]
+
+
+@cyclone.step("order.price")
+async def price(ctx: cyclone.Context, cents: int) -> str:
+    return str(cents)
+
+
+@cyclone.step("order.sum")
+async def sum_prices(ctx: cyclone.Context, prices: list[str]) -> int:
+    return len(prices)
+
+
+shaped = cyclone.define_result("shaped", Order, list[str])
+listed = shaped.node(lines)
+priced = shaped.map(price, listed, max_parallel=4)
+settled = shaped.map(price, listed, name="settled", settle=True)
+big = shaped.node(is_big)
+shipped = shaped.node(label, after=[big.when(True)], input=to_warehouse, join="any")
+shaped.set_result(priced)
+
+over_input = cyclone.define_result("over_input", list[int], list[str])
+over_input.set_result(over_input.map(price))
+
+
+def shapes() -> None:
+    assert_type(priced, cyclone.Node[list[str]])
+    assert_type(settled, cyclone.Node[list[cyclone.Settled[str]]])
+    assert_type(over_input.map(price, name="again"), cyclone.Node[list[str]])
+    assert_type(big.when(False), cyclone.Branch)
+    assert_type(shipped, cyclone.Node[bytes])
+
+
+def wrong_shapes() -> None:
+    shaped.map(price, reserved)  # type: ignore[misc]
+    shaped.map(price)  # type: ignore[call-overload]
+    shaped.map(label, listed)  # type: ignore[misc]
+    shaped.set_result(settled)  # type: ignore[arg-type]
+    big.when("yes")  # type: ignore[arg-type]
+    shaped.node(label, after=[big], input=to_warehouse, join="some")  # type: ignore[call-overload]

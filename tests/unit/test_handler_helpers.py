@@ -57,3 +57,44 @@ async def test_context_without_a_completion_transaction() -> None:
         await ctx.completion_tx()
     with pytest.raises(cyclone.UnknownKindError):
         await ctx.output("missing")
+
+
+# Handlers that grow runs: a submit of a workflow with a map node, and a handler after one.
+
+
+@cyclone.step("batch.line")
+async def price_line(ctx: cyclone.Context, cents: int) -> int:
+    return cents * 2
+
+
+@cyclone.step("batch.total")
+async def total_lines(ctx: cyclone.Context, order: Invoice) -> int:
+    lines = await ctx.output("lines")  # the map node's output: its items' outputs in order
+    return sum(lines)
+
+
+batch = cyclone.define("batch", list[int])
+batch.map(price_line, name="lines", max_items=3)
+
+
+@cyclone.step("batch.start")
+async def start_batch(ctx: cyclone.Context, lines: list[int]) -> None:
+    await cyclone.submit_completion(ctx, ctx.client, batch, lines)
+
+
+async def test_a_recorded_submit_of_a_map_workflow_is_checked_against_its_bound() -> None:
+    recorder = TxRecorder()
+    ctx = new_context(completion_tx=recorder)
+    await start_batch(ctx, [1, 2, 3])
+    [run] = recorder.submitted
+    assert (run.workflow, run.input) == ("batch", [1, 2, 3])
+    with pytest.raises(cyclone.InvalidInputError, match="over its max_items of 3"):
+        await start_batch(ctx, [1, 2, 3, 4])
+    assert len(recorder.submitted) == 1  # the refused submit recorded nothing
+
+
+async def test_a_handler_after_a_map_node_gets_its_list_and_an_item_its_element() -> None:
+    after = new_context(outputs={"lines": [2, 4, 6]}, node="total")
+    assert await total_lines(after, Invoice(1, 1)) == 12
+    item = new_context(node="lines[1]")
+    assert await price_line(item, 2) == 4 and item.node == "lines[1]"

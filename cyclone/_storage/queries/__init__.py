@@ -107,6 +107,8 @@ from cyclone._storage.queries.schedules import (
 from cyclone._storage.queries.schema import migrations_applied, migrations_apply
 from cyclone._storage.queries.server import server_backend_pid, server_statement_exists
 from cyclone._storage.queries.workflow import (
+    map_expand,
+    map_settle,
     node_advance,
     node_get,
     run_fail,
@@ -143,6 +145,8 @@ __all__ = [
     "job_reopen",
     "kind_limits_list",
     "kind_limits_set",
+    "map_expand",
+    "map_settle",
     "migrations_applied",
     "migrations_apply",
     "node_advance",

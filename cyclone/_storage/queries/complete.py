@@ -11,7 +11,7 @@ from typing import Protocol
 
 from cyclone._storage.loader import Queries
 from cyclone._storage.queries.claim import Fence, Owned
-from cyclone._storage.queries.conn import Conn, Record, fetch, fetchval
+from cyclone._storage.queries.conn import Conn, Record, fetch, fetchrow
 
 
 @dataclass(frozen=True)
@@ -66,12 +66,14 @@ class LastAttempt(Owned, Protocol):
 
 async def task_fail(
     conn: Conn, q: Queries, attempt: LastAttempt, error: str, *, expired_only: bool
-) -> bool:
+) -> Record | None:
     """Fail a job's or a workflow node's last attempt, recording ``error``; with
-    ``expired_only``, only while its lease is still expired.
+    ``expired_only``, only while its lease is still expired. None when the attempt no longer
+    owned its task (nothing was written).
 
-    For a job (``job_fail``), whether its run failed by this call; for a node
-    (``node_fail``), whether the attempt still owned its task (the caller fails the run).
+    For a job (``job_fail``), its run, failed by this call; for a node (``node_fail``), the
+    node, with ``settles``: it is an item of a map that settles all its items (the caller
+    settles it there, or fails the run).
     """
     params = {
         "run_id": attempt.run_id,
@@ -81,10 +83,8 @@ async def task_fail(
         "expired_only": expired_only,
     }
     if attempt.node is None:
-        row = await fetchval(conn, q, "job_fail", **params)
-    else:
-        row = await fetchval(conn, q, "node_fail", **params)
-    return row is not None
+        return await fetchrow(conn, q, "job_fail", **params)
+    return await fetchrow(conn, q, "node_fail", **params)
 
 
 async def attempts_released(

@@ -98,9 +98,13 @@ async def workflow_insert(
     edge_children: Sequence[str],
     trace: str | None,
     group: str | None,
+    *,
+    shape: tuple[Sequence[str | None], Sequence[str | None]] | None = None,
 ) -> uuid.UUID | None:
     """Insert a workflow run with its nodes (one sequence per column), edges and root tasks;
-    None if the key is taken. ``group``: the run's group key (flow control), or None."""
+    None if the key is taken. ``group``: the run's group key (flow control), or None.
+    ``shape``: each node's spec and each edge's condition, for a workflow with map nodes,
+    joins or branches (whose root map nodes the caller then expands)."""
     run: dict[str, object] = {
         "id": run_id,
         "name": name,
@@ -121,9 +125,20 @@ async def workflow_insert(
         "edge_children": edge_children,
         "trace": trace,
     }
+    if shape is not None:
+        node_specs, edge_conds = shape
+        inserted: uuid.UUID | None = await fetchval(
+            conn,
+            q,
+            "workflow_insert_dynamic",
+            node_specs=node_specs,
+            edge_conds=edge_conds,
+            group_key=group,
+            **run,
+        )
     # As for jobs: no group key, no column of migration 0008.
-    if group is None:
-        inserted: uuid.UUID | None = await fetchval(conn, q, "workflow_insert", **run)
+    elif group is None:
+        inserted = await fetchval(conn, q, "workflow_insert", **run)
     else:
         inserted = await fetchval(conn, q, "workflow_insert_grouped", group_key=group, **run)
     return inserted

@@ -3,6 +3,7 @@ nodes and signals, failing and re-opening a run."""
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Sequence
 
@@ -19,10 +20,35 @@ async def run_lock_many(
 
 
 async def node_advance(
+    conn: Conn,
+    q: Queries,
+    run_ids: Sequence[uuid.UUID],
+    nodes: Sequence[str],
+    skipped: Sequence[bool],
+) -> list[Record]:
+    """Release children of completed (or ``skipped``) nodes and count their runs down."""
+    return await fetch(conn, q, "node_advance", run_ids=run_ids, nodes=nodes, skipped=skipped)
+
+
+async def map_expand(
+    conn: Conn,
+    q: Queries,
+    run_ids: Sequence[uuid.UUID],
+    nodes: Sequence[str],
+    available_at: dt.datetime | None = None,
+) -> list[Record]:
+    """Grow the item nodes of reached map nodes, their tasks claimable from
+    ``available_at`` (None: now)."""
+    return await fetch(
+        conn, q, "map_expand", run_ids=run_ids, nodes=nodes, available_at=available_at
+    )
+
+
+async def map_settle(
     conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
 ) -> list[Record]:
-    """Release children of completed nodes and count their runs down."""
-    return await fetch(conn, q, "node_advance", run_ids=run_ids, nodes=nodes)
+    """Count settled item nodes down on their map nodes, releasing the next items."""
+    return await fetch(conn, q, "map_settle", run_ids=run_ids, nodes=nodes)
 
 
 async def wait_complete_many(
@@ -48,7 +74,7 @@ async def node_get(conn: Conn, q: Queries, run_id: uuid.UUID, node: str) -> Reco
 
 
 async def run_release(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:
-    """Queue the ready nodes of an open run."""
+    """Release the ready nodes of an open run: what each became (``what``)."""
     return await fetch(conn, q, "run_release", run_id=run_id)
 
 

@@ -38,13 +38,15 @@ FROM chosen, async_commit
 WHERE t.run_id = chosen.run_id AND t.id = chosen.id
   AND t.run_id = ANY (ARRAY(SELECT run_id FROM chosen))
 RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims, t.group_key,
-    -- The claimed tasks' runs, by key again (one read for the three columns).
-    (SELECT ARRAY[r.name, r.input::text, r.trace::text]
+    -- The claimed tasks' runs, by key again (one read for the three columns); an item
+    -- node's task carries its own input.
+    (SELECT ARRAY[r.name, coalesce(t.input, r.input)::text, r.trace::text]
      FROM __schema__.cyclone_runs r WHERE r.id = t.run_id) AS run,
+    -- The outputs of its parents that completed (a skipped one has none).
     (SELECT jsonb_object_agg(e.parent, s.output)::text
      FROM __schema__.cyclone_edges e
      JOIN __schema__.cyclone_steps s ON s.run_id = e.run_id AND s.node = e.parent
-     WHERE e.run_id = t.run_id AND e.child = t.node) AS deps
+     WHERE e.run_id = t.run_id AND e.child = t.node AND s.state = 'completed') AS deps
 
 -- name: task_claim(queue, kinds, limit, lease, worker, workflows)
 -- Claim up to :limit available tasks of one queue for kinds this worker serves. SKIP LOCKED

@@ -33,7 +33,8 @@ WHERE r.id = d.run_id AND r.state = 'pending'
 RETURNING d.id, d.claims, r.id AS run_id;
 
 -- name: node_complete_many(run_ids, ids, claims, outputs)
--- Completed attempts of workflow nodes (runs locked by the caller): fenced as above.
+-- Completed attempts of workflow nodes (runs locked by the caller): fenced as above. An item
+-- node says its map node (the caller settles it there rather than advancing past it).
 /* fragment: fenced_completions */
     RETURNING t.id, t.claims, t.run_id, t.node, t.attempt, t.errors, f.output
 )
@@ -42,7 +43,7 @@ SET state = 'completed', output = d.output::jsonb, attempts = d.attempt, errors 
     finished_at = __now__, completed_task = d.id, completed_claims = d.claims
 FROM done d
 WHERE s.run_id = d.run_id AND s.node = d.node
-RETURNING d.id, d.claims, s.run_id, s.node;
+RETURNING d.id, d.claims, s.run_id, s.node, s.map_of;
 
 -- name: attempts_completed(run_ids, nodes, ids, claims)
 -- Which of these attempts (run, node or NULL for a job, task id, claim count) completed
@@ -130,7 +131,8 @@ RETURNING r.id;
 
 -- name: node_fail(run_id, task_id, claims, error, expired_only)
 -- A workflow node's last attempt failed (its run locked by the caller): the node fails.
--- :expired_only: only if the lease expired, as for job_fail.
+-- :expired_only: only if the lease expired, as for job_fail. Returns whether the node is an
+-- item of a map that settles all its items (the caller settles it, not failing the run).
 WITH gone AS (
     DELETE FROM __schema__.cyclone_tasks t
     WHERE t.run_id = :run_id AND t.id = :task_id AND t.claims = :claims AND t.state = 'running'
@@ -142,7 +144,8 @@ SET state = 'failed', attempts = g.attempt, errors = g.errors || :error::jsonb,
     finished_at = __now__
 FROM gone g
 WHERE s.run_id = g.run_id AND s.node = g.node
-RETURNING s.run_id, s.node;
+RETURNING coalesce((SELECT (m.spec->'map'->>'settle')::bool FROM __schema__.cyclone_steps m
+                    WHERE m.run_id = s.run_id AND m.node = s.map_of), false) AS settles;
 
 -- name: attempts_released(run_ids, ids, claims, attempts)
 -- Which of these attempts (run, task id, claim count, attempt number) put their task back in

@@ -188,6 +188,55 @@ WITH run AS (
 )
 SELECT id FROM run;
 
+-- name: workflow_insert_dynamic(id, name, input, result_node, key, nodes, deadline, priority,
+--     process_at, node_names, node_kinds, node_queues, node_max_attempts, node_deps,
+--     node_wait_timeouts, node_specs, edge_parents, edge_children, edge_conds, trace,
+--     group_key)
+-- workflow_insert for a workflow with map nodes, joins or branches (migration 0009): each
+-- node's spec and each edge's condition too (JSON text, or NULL). A root map node waits for
+-- the caller's map_expand in the same transaction; the other roots get tasks (or wait).
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace,
+         group_key)
+    VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
+            :deadline, :trace::jsonb, :group_key)
+    /* fragment: submit_key_taken */
+    RETURNING r.id
+), node AS (
+    SELECT n.node, n.kind, n.queue, n.max_attempts, n.deps, n.wait_timeout,
+           n.spec::jsonb AS spec
+    FROM unnest(:node_names::text[], :node_kinds::text[], :node_queues::text[],
+                :node_max_attempts::int[], :node_deps::int[], :node_wait_timeouts::float8[],
+                :node_specs::text[])
+        AS n (node, kind, queue, max_attempts, deps, wait_timeout, spec)
+), steps AS (
+    INSERT INTO __schema__.cyclone_steps
+        (run_id, node, kind, queue, priority, max_attempts, state, pending_deps,
+         wait_timeout, wait_until, spec)
+    SELECT run.id, n.node, n.kind, n.queue, :priority, n.max_attempts,
+           CASE WHEN n.deps > 0 THEN 'pending'
+                WHEN n.kind IS NULL OR n.spec ? 'map' THEN 'waiting' ELSE 'queued' END,
+           n.deps, n.wait_timeout,
+           CASE WHEN n.deps = 0 AND n.kind IS NULL
+                THEN __now__ + make_interval(secs => n.wait_timeout) END,
+           n.spec
+    FROM run, node n
+), edges AS (
+    INSERT INTO __schema__.cyclone_edges (run_id, parent, child, cond)
+    SELECT run.id, e.parent, e.child, e.cond::jsonb
+    FROM run, unnest(:edge_parents::text[], :edge_children::text[], :edge_conds::text[])
+        AS e (parent, child, cond)
+), tasks AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, available_at, max_attempts, group_key)
+    SELECT run.id, n.node, n.kind, n.queue, :priority, coalesce(:process_at, __now__),
+           n.max_attempts, coalesce(:group_key, '')
+    FROM run, node n
+    WHERE n.deps = 0 AND n.kind IS NOT NULL AND NOT coalesce(n.spec ? 'map', false)
+)
+SELECT id FROM run;
+
 -- name: workflow_find_key(name, key, input)
 -- submit_once's slow path: the key's run, and whether its input equals this call's as jsonb.
 SELECT id, input = :input::jsonb AS same_input, result_node

@@ -44,30 +44,32 @@ FROM __schema__.cyclone_runs r
 WHERE r.id = :run_id;
 
 -- name: run_nodes(run_id)
--- Each node's state, by node name: a queued node's live task tells available, scheduled or
--- running.
-SELECT s.node, s.kind,
-    CASE WHEN s.state <> 'queued' THEN s.state
-         WHEN t.state = 'running' THEN 'running'
-         WHEN t.available_at > __now__ THEN 'scheduled'
-         ELSE 'available' END AS state,
-    coalesce(t.attempt, s.attempts) AS attempts,
-    coalesce(t.errors, s.errors)::text AS errors
-FROM __schema__.cyclone_steps s
-LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = s.run_id AND t.node = s.node
-WHERE s.run_id = :run_id
-UNION ALL
-SELECT r.name, r.name,
-    CASE WHEN t.state = 'running' THEN 'running'
-         WHEN t.state = 'failed' THEN 'failed'
-         WHEN t.available_at > __now__ THEN 'scheduled'
-         WHEN t.id IS NOT NULL THEN 'available'
-         ELSE r.state END,
-    coalesce(t.attempt, r.attempts), coalesce(t.errors, r.errors)::text
-FROM __schema__.cyclone_runs r
-LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = r.id
-WHERE r.id = :run_id AND r.job
-ORDER BY node;
+-- Each node's state, by node name, a map node's items after it in item order: a queued
+-- node's live task tells available, scheduled or running.
+SELECT * FROM (
+    SELECT s.node, s.kind, s.map_of, s.item,
+        CASE WHEN s.state <> 'queued' THEN s.state
+             WHEN t.state = 'running' THEN 'running'
+             WHEN t.available_at > __now__ THEN 'scheduled'
+             ELSE 'available' END AS state,
+        coalesce(t.attempt, s.attempts) AS attempts,
+        coalesce(t.errors, s.errors)::text AS errors
+    FROM __schema__.cyclone_steps s
+    LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = s.run_id AND t.node = s.node
+    WHERE s.run_id = :run_id
+    UNION ALL
+    SELECT r.name, r.name, NULL, NULL,
+        CASE WHEN t.state = 'running' THEN 'running'
+             WHEN t.state = 'failed' THEN 'failed'
+             WHEN t.available_at > __now__ THEN 'scheduled'
+             WHEN t.id IS NOT NULL THEN 'available'
+             ELSE r.state END,
+        coalesce(t.attempt, r.attempts), coalesce(t.errors, r.errors)::text
+    FROM __schema__.cyclone_runs r
+    LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = r.id
+    WHERE r.id = :run_id AND r.job
+) n
+ORDER BY coalesce(map_of, node), item NULLS FIRST, node;
 
 -- name: run_edges(run_id)
 SELECT parent, child FROM __schema__.cyclone_edges WHERE run_id = :run_id ORDER BY parent, child;
@@ -178,7 +180,7 @@ WITH r AS (
     WHERE t.run_id = d.run_id AND t.id = d.id
 ), steps AS (
     UPDATE __schema__.cyclone_steps SET state = 'cancelled', wait_until = NULL
-    WHERE run_id IN (SELECT id FROM r) AND state NOT IN ('completed', 'failed')
+    WHERE run_id IN (SELECT id FROM r) AND state NOT IN ('completed', 'failed', 'skipped')
 )
 SELECT count(*)::int FROM r;
 

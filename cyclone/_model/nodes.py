@@ -1,0 +1,247 @@
+"""A workflow's nodes (pure): step, wait and map nodes, the branches between them, and the
+checks that a definition's nodes, dependencies and map settings are sound.
+
+A map node is stored as one node with a spec (``{"map": {...}}``); its item nodes, named
+``map[0]``, ``map[1]``..., are written when the run reaches it. A branch is an edge with a
+condition: the parent output, as JSON, on which it is taken.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from cyclone._model import codec
+from cyclone._model.errors import InvalidInputError, UnknownNodeError
+from cyclone._model.keys import validate_name
+from cyclone._model.settled import Settled
+from cyclone._model.steps import Kind
+
+# A node only gives its output out: a Node[bool] can be the result of a workflow of int.
+Out_co = TypeVar("Out_co", covariant=True)
+
+MAX_ITEMS = 10_000
+"""The default bound on a map node's items (``max_items=``): a list longer than this fails the
+map node, and its run, with an error that says so."""
+Join = Literal["all", "any"]
+
+
+@dataclass(frozen=True, slots=True)
+class Node(Generic[Out_co]):
+    """A node of a workflow: a step, a map node (a step run once per item of a list), or a
+    wait node (``kind is None``) completed by a signal.
+
+    ``Out_co`` is its output type: ``wf.node(step)`` of a ``Step[In, int]`` is a ``Node[int]``,
+    which ``ctx.output(node)`` returns as an ``int``; ``wf.map(step, ...)`` of it is a
+    ``Node[list[int]]``; a wait node is a ``Node[Any]``.
+    """
+
+    name: str
+    kind: Kind[Any, Any] | None
+    after: tuple[str, ...]
+    input_fn: Callable[[Any, Mapping[str, Any]], Any] | None = None
+    timeout: float | None = None
+    output_type: Any = Any
+    spec: Mapping[str, Any] | None = None  # a map node's settings, a join of "any"
+    conds: Mapping[str, str] = field(default_factory=dict)  # parent: the output (JSON) taken
+
+    # The value is of the node's output type: a Node[bool] takes True or False. (A covariant
+    # type in a parameter is safe here: the node only compares the value with its output.)
+    def when(self, value: Out_co) -> Branch:  # type: ignore[misc]
+        """This node as a dependency taken only when its output equals ``value``: the branch
+        ``value`` of a node whose output says which way to go (``after=[check.when("refund")]``).
+        A dependent node whose branch is not taken is skipped."""
+        return Branch(self, value)
+
+    @property
+    def is_map(self) -> bool:
+        """Whether this is a map node."""
+        return self.spec is not None and "map" in self.spec
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """A dependency on ``node`` taken only when its output equals ``value`` (``node.when``)."""
+
+    node: Node[Any]
+    value: Any
+
+
+def dependencies(
+    workflow: str, nodes: Mapping[str, Node[Any]], after: Sequence[Node[Any] | Branch | str]
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The names of the dependencies in ``after`` (nodes of ``workflow`` so far), and the
+    branch taken from each that is given as ``node.when(value)`` (the value as JSON)."""
+    if isinstance(after, str | Node | Branch):
+        raise InvalidInputError("after= takes a list of nodes, not one node: after=[node]")
+    names: list[str] = []
+    conds: dict[str, str] = {}
+    for dep in after:
+        branch = dep if isinstance(dep, Branch) else None
+        node = branch.node if branch is not None else dep
+        dep_name = node.name if isinstance(node, Node) else node
+        if (
+            not isinstance(dep_name, str)
+            or dep_name not in nodes
+            or (isinstance(node, Node) and nodes[dep_name] is not node)
+        ):
+            raise UnknownNodeError(
+                f"workflow {workflow!r} has no node {dep_name!r} (define it before use)",
+                str(dep_name),
+            )
+        if dep_name in names:
+            raise InvalidInputError(f"node {dep_name!r} is listed twice in after=")
+        names.append(dep_name)
+        if branch is not None:
+            conds[dep_name] = codec.encode(
+                branch.value,
+                nodes[dep_name].output_type,
+                what=f"the branch value of node {dep_name!r}",
+                limit=codec.DEFAULT_PAYLOAD_LIMIT,
+            )
+    return tuple(names), conds
+
+
+def check_new(workflow: str, nodes: Mapping[str, Node[Any]], node: Node[Any]) -> None:
+    """Refuse ``node`` as a new node of ``workflow``: a bad or taken name, or one that is
+    the name of an item of a map node."""
+    validate_name(node.name, what="a node name")
+    if node.name in nodes:
+        raise InvalidInputError(f"workflow {workflow!r} already has a node {node.name!r}")
+    for other in (node, *nodes.values()):
+        if other.is_map:
+            clash = [n for n in (node.name, *nodes) if _is_item_name(n, other.name)]
+            if clash:
+                raise InvalidInputError(
+                    f"node name {clash[0]!r} of workflow {workflow!r} is the name of an "
+                    f"item of map node {other.name!r}: rename one of them"
+                )
+
+
+def join_spec(join: object, deps: Sequence[str]) -> dict[str, Any] | None:
+    """A node's spec for its join: None for "all", the default."""
+    if join == "all":
+        return None
+    if join == "any":
+        return {"join": "any", "parents": len(deps)}
+    raise InvalidInputError(f'join= must be "all" or "any", not {join!r}')
+
+
+@dataclass(frozen=True, slots=True)
+class MapSettings:
+    """A map node's settings as ``wf.map`` takes them."""
+
+    max_parallel: int | None
+    settle: bool
+    max_items: int
+
+
+def map_node(
+    where: tuple[str, Mapping[str, Node[Any]], Any],
+    step: Kind[Any, Any],
+    over: Node[Any] | None,
+    name: str | None,
+    after: Sequence[Node[Any] | Branch | str],
+    join: Join,
+    settings: MapSettings,
+) -> Node[Any]:
+    """The map node running ``step`` once per item of ``over``'s output (or, without
+    ``over``, of the workflow input), checked. ``where`` is the workflow's name, its nodes
+    so far and its input type."""
+    workflow, nodes, source = where
+    if not isinstance(step, Kind):
+        raise InvalidInputError(f"{step!r} is not a step or kind")
+    name = name or step.name
+    if over is None:
+        what = f"the workflow input of {workflow!r}"
+    elif isinstance(over, Node):
+        source, what = over.output_type, f"the output of node {over.name!r}"
+    else:
+        raise InvalidInputError(
+            f"map node {name!r}: over= must be a node of workflow {workflow!r}, whose "
+            f"output is the list to map over, not {over!r}"
+        )
+    element = _element_type(source)
+    if element is None or not accepts(step.input_type, element):
+        raise InvalidInputError(
+            f"map node {name!r} runs {step.name!r} once per item of {what}, which is "
+            f"{codec.type_name(source)}: it must be a list of "
+            f"{codec.type_name(step.input_type)}"
+        )
+    max_parallel, settle, max_items = settings.max_parallel, settings.settle, settings.max_items
+    if max_parallel is not None and (
+        not isinstance(max_parallel, int) or isinstance(max_parallel, bool) or max_parallel < 1
+    ):
+        raise InvalidInputError(
+            f"max_parallel= must be a positive int or None, not {max_parallel!r}"
+        )
+    if not isinstance(max_items, int) or isinstance(max_items, bool) or max_items < 0:
+        raise InvalidInputError(f"max_items= must be an int of at least 0, not {max_items!r}")
+    if not isinstance(settle, bool):
+        raise InvalidInputError(f"settle= must be True or False, not {settle!r}")
+    if over is not None and over not in after and over.name not in after:
+        after = [*after, over]
+    deps, conds = dependencies(workflow, nodes, after)
+    spec: dict[str, Any] = dict(join_spec(join, deps) or {})
+    spec["map"] = {
+        "over": None if over is None else over.name,
+        "max_parallel": max_parallel,
+        "settle": settle,
+        "max_items": max_items,
+    }
+    item_type = typing.cast(Any, Settled)[step.output_type] if settle else step.output_type
+    output_type = types.GenericAlias(list, (item_type,))
+    return Node(name, step, deps, None, output_type=output_type, spec=spec, conds=conds)
+
+
+def check_items(workflow: str, nodes: Sequence[Node[Any]], input: object) -> None:
+    """Refuse, before anything is written, an input that a map node over the workflow
+    input would find too long."""
+    for n in nodes:
+        spec = n.spec["map"] if n.is_map and n.spec else None
+        if spec is None or spec["over"] is not None:
+            continue
+        count = len(input) if isinstance(input, Sequence) else 0
+        if count > spec["max_items"]:
+            raise InvalidInputError(
+                f"map node {n.name!r} of workflow {workflow!r} would run over the "
+                f"{count} items of the input, over its max_items of {spec['max_items']}: "
+                "raise max_items= or split the list"
+            )
+
+
+def accepts(wanted: Any, given: Any) -> bool:
+    """Whether a value of type ``given`` is one of type ``wanted``, as far as a definition
+    can tell (the worker's decode checks the rest)."""
+    wanted, given = _bare(wanted), _bare(given)
+    if wanted is Any or wanted is object or wanted == given:
+        return True
+    return isinstance(wanted, type) and isinstance(given, type) and issubclass(given, wanted)
+
+
+def _element_type(tp: Any) -> Any:
+    """The element type of a list type (``Any`` for ``Any``), or None if ``tp`` is no list."""
+    tp = _bare(tp)
+    if tp is Any or tp is object:
+        return Any
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (list, tuple, Sequence, collections.abc.Sequence) or tp in (list, tuple):
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            return None  # a fixed-length tuple's items have types of their own
+        return args[0] if args else Any
+    return None
+
+
+def _is_item_name(name: str, map_node: str) -> bool:
+    """Whether ``name`` is the name of an item node of map node ``map_node`` (``m[3]``)."""
+    rest = name.removeprefix(map_node)
+    return rest != name and rest.startswith("[") and rest.endswith("]") and rest[1:-1].isdigit()
+
+
+def _bare(tp: Any) -> Any:
+    """``tp`` without its ``Annotated`` constraints, which the worker checks on decode."""
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp

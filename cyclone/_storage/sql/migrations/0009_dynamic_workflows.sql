@@ -1,0 +1,34 @@
+-- Workflows shaped at run time (docs/workflows.md): map nodes, which grow one item node per
+-- element of a list when they are reached, and branches, edges taken only when their parent's
+-- output is a given value, with skipped nodes. Every column is new, nullable or of a constant
+-- default: adding them rewrites nothing.
+
+-- spec: a map node's settings ({"map": {...}}) or a node's join ({"join": "any", ...}); NULL
+-- for a plain step or wait node. An item node has map_of (its map node), item (its index)
+-- and input (its element). A map node counts its items: items (how many), items_left (not
+-- settled yet), next_item (the index of the first one not released yet). skips counts the
+-- parents that are done without taking their edge to the node.
+ALTER TABLE __schema__.cyclone_steps
+    ADD COLUMN spec jsonb,
+    ADD COLUMN map_of text,
+    ADD COLUMN item integer,
+    ADD COLUMN input jsonb,
+    ADD COLUMN items integer,
+    ADD COLUMN items_left integer,
+    ADD COLUMN next_item integer,
+    ADD COLUMN skips integer NOT NULL DEFAULT 0;
+
+-- skipped: a node not run, because a branch before it was not taken. NOT VALID: every row
+-- holds one of the old states, which stay allowed, so the history is not scanned under the
+-- migration's lock (new rows are checked all the same).
+ALTER TABLE __schema__.cyclone_steps DROP CONSTRAINT cyclone_steps_state_check;
+ALTER TABLE __schema__.cyclone_steps ADD CONSTRAINT cyclone_steps_state_check
+    CHECK (state IN ('pending', 'queued', 'waiting', 'completed', 'failed', 'cancelled',
+                     'skipped')) NOT VALID;
+
+-- The parent output (as jsonb) that an edge is taken on; NULL: taken whenever the parent
+-- completes.
+ALTER TABLE __schema__.cyclone_edges ADD COLUMN cond jsonb;
+
+-- An item node's task carries its element, which the claim hands over as the input.
+ALTER TABLE __schema__.cyclone_tasks ADD COLUMN input jsonb;
