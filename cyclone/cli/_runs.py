@@ -80,7 +80,8 @@ def runs_ls(
 
 
 def _levels(info: RunInfo) -> list[list[str]]:
-    parents: dict[str, list[str]] = {n.name: [] for n in info.nodes}
+    """The run's nodes by their depth; a map node's items are in its line, not their own."""
+    parents: dict[str, list[str]] = {n.name: [] for n in info.nodes if n.map_of is None}
     for parent, child in info.edges:
         parents[child].append(parent)
     depth: dict[str, int] = {}
@@ -90,8 +91,8 @@ def _levels(info: RunInfo) -> list[list[str]]:
             depth[name] = 1 + max((level(p) for p in parents[name]), default=-1)
         return depth[name]
 
-    for node in info.nodes:
-        level(node.name)
+    for name in parents:
+        level(name)
     levels: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
     for name, d in depth.items():
         levels[d].append(name)
@@ -133,6 +134,13 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         )
     console.print(table)
     states = {n.name: n.state for n in info.nodes}
+    items: dict[str, tuple[int, int]] = {}
+    for n in info.nodes:  # a map node's line says how many of its items are done
+        if n.map_of is not None:
+            done, total = items.get(n.map_of, (0, 0))
+            items[n.map_of] = (done + (n.state in ("completed", "failed")), total + 1)
+    for name, (done, total) in items.items():
+        states[name] += f", {done}/{total} items"
     for depth, names in enumerate(_levels(info)):
         arrow = "  " * depth + ("└─ " if depth else "")
         console.print(arrow + "  ".join(f"{n} ({states[n]})" for n in names), markup=False)

@@ -12,18 +12,30 @@ from dataclasses import dataclass
 from cyclone._model.handles import NodeInfo, Throughput
 
 NODE_W, NODE_H = 150, 34
+LABEL_CHARS = 19  # what a box's width holds
 GAP_X, GAP_Y = 60, 18
 MARGIN = 10
 
 
 @dataclass(frozen=True, slots=True)
 class Box:
-    """One node drawn: its label, state (a CSS class) and top-left corner."""
+    """One node drawn: its label, state (a CSS class) and top-left corner; for a map node,
+    how many of its items are done (completed or failed) of how many."""
 
     name: str
     state: str
     x: int
     y: int
+    items: tuple[int, int] | None = None
+
+    @property
+    def label(self) -> str:
+        """What the box says: the node's name (cut to fit), and a map node's items done of
+        all."""
+        count = "" if self.items is None else f" {self.items[0]}/{self.items[1]}"
+        room = LABEL_CHARS - len(count)
+        name = self.name if len(self.name) <= room else self.name[: room - 1] + "…"
+        return name + count
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +87,15 @@ def layers(names: Sequence[str], edges: Sequence[tuple[str, str]]) -> list[list[
 
 
 def dag(nodes: Sequence[NodeInfo], edges: Sequence[tuple[str, str]]) -> Dag:
-    """Lay out a run's nodes (left to right by layer) and route its edges."""
-    states = {n.name: n.state for n in nodes}
+    """Lay out a run's nodes (left to right by layer) and route its edges. A map node's
+    items are drawn as one box, the map node's, with the count of those done."""
+    states = {n.name: n.state for n in nodes if n.map_of is None}
+    items: dict[str, list[int]] = {}
+    for n in nodes:
+        if n.map_of is not None:
+            tally = items.setdefault(n.map_of, [0, 0])
+            tally[0] += n.state in ("completed", "failed")
+            tally[1] += 1
     grouped = layers(list(states), edges)
     tallest = max((len(layer) for layer in grouped), default=0)
     height = 2 * MARGIN + tallest * NODE_H + max(tallest - 1, 0) * GAP_Y
@@ -88,7 +107,9 @@ def dag(nodes: Sequence[NodeInfo], edges: Sequence[tuple[str, str]]) -> Dag:
         for row, name in enumerate(layer):
             x, y = MARGIN + col * (NODE_W + GAP_X), top + row * (NODE_H + GAP_Y)
             at[name] = (x, y)
-            boxes.append(Box(name=name, state=states[name], x=x, y=y))
+            done = items.get(name)
+            counts = None if done is None else (done[0], done[1])
+            boxes.append(Box(name=name, state=states[name], x=x, y=y, items=counts))
     paths = []
     for parent, child in edges:
         if parent not in at or child not in at:

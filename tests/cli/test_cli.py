@@ -19,6 +19,10 @@ from tests.cli.app import backwards, echo, fail, pipeline, slow
 from tests.cli.process import SCRIPT, cli, environment, one_line_error
 from tests.conftest import ROOT, reaped
 
+# Here, not in tests.cli.app: the CLI's workers, which import that, are not given it.
+mapped = cyclone.define("cli.mapped", list[int])
+mapped.node(echo, name="after", after=[mapped.map(echo, name="each")], input=lambda _, o: 0)
+
 
 async def test_migrate_says_where_the_schema_is(cyclone_env: CycloneEnv) -> None:
     code, out, _ = await cli("migrate", "--help")
@@ -104,6 +108,11 @@ async def test_runs_ls_show_cancel_retry(cyclone_env: CycloneEnv) -> None:
     code, out, err = await cli("runs", "show", str(upside_down.id), dsn=cyclone_env.dsn)
     assert code == 0, err
     assert "z_parent (available)" in out and "└─ a_child (pending)" in out
+    grown = await mapped.submit(client, [1, 2, 3])  # its map node's items exist at once
+    code, out, err = await cli("runs", "show", str(grown.id), dsn=cyclone_env.dsn)
+    assert code == 0, err
+    assert "each (waiting, 0/3 items)" in out and "└─ after (pending)" in out
+    assert "each[2]" in out and "each[0] (" not in out  # in the table, not the graph
 
     code, out, _ = await cli("runs", "cancel", str(jobs[0].id), dsn=cyclone_env.dsn)
     assert (code, out.strip()) == (0, f"cancelled {jobs[0].id}")

@@ -1,5 +1,6 @@
 """Steps and workflows the dashboard's tests run: a pipeline whose middle node fails while
-``FAILING`` is set (with a hostile error message), a wait, a step that runs until cancelled."""
+``FAILING`` is set (with a hostile error message), a wait, a step that runs until cancelled,
+a map node and a skipped branch."""
 
 from __future__ import annotations
 
@@ -50,5 +51,11 @@ approval = cyclone.define("web.approval", dict[str, Any])
 n_wait = approval.wait("approve")
 approval.node(ship, name="after", after=[n_wait])
 
+# A map node over the input, and a branch not taken on "yes".
+shaped = cyclone.define("web.shaped", list[Any])
+n_gate = shaped.node(echo, name="gate")
+shaped.map(echo, name="each", max_parallel=2)
+shaped.node(echo, name="never", after=[n_gate.when(["no"])])
+
 STEPS = [fetch, charge, ship, echo, forever]
-WORKFLOWS = [pipeline, approval]
+WORKFLOWS = [pipeline, approval, shaped]

@@ -20,7 +20,16 @@ import cyclone.web
 from cyclone.testing.plugin import CycloneEnv
 from cyclone.web import _live
 from tests.web.conftest import Dash, Make, failed_run
-from tests.web.flows import FAILING, STEPS, WORKFLOWS, approval, echo, forever, pipeline
+from tests.web.flows import (
+    FAILING,
+    STEPS,
+    WORKFLOWS,
+    approval,
+    echo,
+    forever,
+    pipeline,
+    shaped,
+)
 
 ACTIONS = ["/runs/{id}/retry", "/runs/{id}/cancel", "/runs/{id}/signal", "/runs/bulk"]
 
@@ -124,6 +133,34 @@ async def test_run_page_shows_nodes_traceback_dag_and_payloads_escaped(
         assert_escaped(html)  # the input's note and the error message
     async with make_dash() as dash:  # and in the runs list
         assert_escaped((await dash.get("/runs")).text)
+
+
+async def test_run_page_draws_a_map_as_one_box_with_its_counts(
+    cyclone_env: CycloneEnv, make_dash: Make
+) -> None:
+    run = await shaped.submit(cyclone_env.client, ["yes", "a", "b"])
+    async with make_dash() as dash:
+        html = (await dash.get(f"/runs/{run.id}")).text
+        # Before any worker: no item done, two of three queued (max_parallel=2).
+        assert 'class="node waiting map" data-node="each" data-items="0/3"' in html
+        await cyclone_env.drain(steps=STEPS, workflows=WORKFLOWS)
+        html = (await dash.get(f"/runs/{run.id}")).text
+    graph = html[html.index('<svg class="dag"') : html.index("</svg>")]
+    assert 'class="node completed map" data-node="each" data-items="3/3"' in graph
+    assert ">each 3/3<" in graph
+    assert "each[0]" not in graph  # the items are in the box, not boxes of their own
+    assert 'class="node skipped" data-node="never"' in graph
+    assert graph.count('class="edge"') == 1  # gate to never
+    table = html[html.index('<table class="nodes">') :]
+    rows = re.findall(r'<tr class="node-row( item)?" data-node="([^"]+)"', table)
+    assert rows == [
+        ("", "each"),
+        (" item", "each[0]"),
+        (" item", "each[1]"),
+        (" item", "each[2]"),
+        ("", "gate"),
+        ("", "never"),
+    ]
 
 
 async def test_retry_all_goes_through_the_api(cyclone_env: CycloneEnv, make_dash: Make) -> None:
