@@ -1,13 +1,15 @@
 """The chaos suite's processes: ``python -m tests.chaos.app work|produce DSN ...``.
 
-``work DSN LEASE`` runs a worker for ``chaos.job`` and the three-node ``chaos.flow``. Every
+``work DSN LEASE`` runs a worker for ``chaos.job``, the three-node ``chaos.flow`` and
+``chaos.map`` (a node whose output a map node runs over, then a node after it). Every
 attempt first records an "attempt started" row on a separate autocommit pool (at-least-once
 evidence of execution), then writes its effect row in the completion transaction (so it
 commits with the completion, exactly once). Logs go to stderr as JSON lines, with the run, node
 and attempt, so the suite can tell whether an ERROR was about something that in fact succeeded.
 
-``produce DSN RATE jobs|flows`` enqueues at a steady rate until SIGINT/SIGTERM; each run gets
-its ledger row in the transaction that enqueues it, so a ledger row exists iff its run does.
+``produce DSN RATE job|flow|map`` enqueues at a steady rate until SIGINT/SIGTERM; each run gets
+its ledger row, with the nodes it must run, in the transaction that enqueues it, so a ledger row
+exists iff its run does.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import cyclone
 
 QUEUE = "chaos"
 SCHEMA = """
-CREATE TABLE chaos_ledger (run_id uuid PRIMARY KEY, seq bigint NOT NULL, flow bool NOT NULL);
+CREATE TABLE chaos_ledger (run_id uuid PRIMARY KEY, seq bigint NOT NULL, nodes text[] NOT NULL);
 -- No unique constraint: a duplicated effect must be counted, not refused.
 CREATE TABLE chaos_effects (run_id uuid NOT NULL, node text NOT NULL, attempt int NOT NULL,
                             pid int NOT NULL);
@@ -92,25 +94,50 @@ async def node_c(ctx: cyclone.Context, item: Job) -> int:
     return await _record(ctx, item)
 
 
+MAP_ITEMS = 3
+
+
+@cyclone.step("chaos.split", queue=QUEUE, max_attempts=100)
+async def split(ctx: cyclone.Context, item: Job) -> list[Job]:
+    await _record(ctx, item)
+    return [item] * MAP_ITEMS
+
+
 flow = cyclone.define("chaos.flow", Job)
 _a = flow.node(node_a, name="a")
 _b = flow.node(node_b, name="b", after=[_a])
 flow.node(node_c, name="c", after=[_b])
 
+# The items are written in the transaction that completes "a": a kill around it leaves all
+# three or none, and a reclaimed "a" must not expand the map twice.
+mapped = cyclone.define("chaos.map", Job)
+_m = mapped.map(node_b, mapped.node(split, name="a"), name="m", max_parallel=2)
+mapped.node(node_c, name="c", after=[_m])
 
-async def enqueue_ledgered(client: cyclone.Client, item: Job, *, flows: bool) -> None:
-    """Enqueue one job (or submit one flow) and its ledger row in one transaction."""
+NODES = {
+    "job": [""],
+    "flow": ["a", "b", "c"],
+    "map": ["a", *(f"m[{i}]" for i in range(MAP_ITEMS)), "c"],
+}
+"""The nodes each producer mode's run must run exactly once (a job's effect has no node)."""
+
+
+async def enqueue_ledgered(client: cyclone.Client, item: Job, *, mode: str = "job") -> None:
+    """Enqueue one job (or submit one flow or map run) and its ledger row in one
+    transaction."""
     # A tracked transaction: its wakeups go out after the commit, so workers claim at once.
     async with client.pool.acquire() as raw, client.transaction(raw) as conn:
-        if flows:
+        if mode == "flow":
             run = await flow.submit_tx(client, conn, item)
+        elif mode == "map":
+            run = await mapped.submit_tx(client, conn, item)
         else:
             run = await job.enqueue_tx(client, conn, item)
         await conn.execute(
-            "INSERT INTO chaos_ledger (run_id, seq, flow) VALUES ($1, $2, $3)",
+            "INSERT INTO chaos_ledger (run_id, seq, nodes) VALUES ($1, $2, $3)",
             run.id,
             item.seq,
-            flows,
+            NODES[mode],
         )
 
 
@@ -159,7 +186,7 @@ async def work(dsn: str, lease: float) -> None:
         _attempts = attempts
         client = cyclone.Client(pool)
         worker = cyclone.Worker(
-            client, steps=[job], workflows=[flow], lease=lease, backoff=_backoff
+            client, steps=[job], workflows=[flow, mapped], lease=lease, backoff=_backoff
         )
         async with worker:
             print("ready", flush=True)
@@ -177,7 +204,7 @@ async def produce(dsn: str, rate: float, mode: str) -> None:
             seq += 1
             try:
                 async with asyncio.timeout(10):
-                    await enqueue_ledgered(client, Job(seq), flows=mode == "flows")
+                    await enqueue_ledgered(client, Job(seq), mode=mode)
             except (
                 TimeoutError,
                 OSError,

@@ -148,11 +148,9 @@ class Scene:
         self.workers.append(proc)
         return proc
 
-    async def start_producer(self, rate: float, *, flows: bool = False) -> None:
-        """Start the producer at ``rate`` runs per second."""
-        self.producer = await self._spawn(
-            "produce", self.dsn, str(rate), "flows" if flows else "jobs"
-        )
+    async def start_producer(self, rate: float, *, mode: str = "job") -> None:
+        """Start the producer at ``rate`` runs per second of ``mode``: job, flow or map."""
+        self.producer = await self._spawn("produce", self.dsn, str(rate), mode)
 
     async def kill(self, worker: Proc) -> None:
         """SIGKILL a worker and reap it."""
@@ -216,8 +214,7 @@ class Scene:
     async def _figures(self, pool: asyncpg.Pool) -> Figures:
         expected = (
             "SELECT l.run_id, n.node, l.seq FROM chaos_ledger l"
-            " CROSS JOIN LATERAL unnest(CASE WHEN l.flow THEN ARRAY['a','b','c']"
-            " ELSE ARRAY[''] END) AS n(node)"
+            " CROSS JOIN LATERAL unnest(l.nodes) AS n(node)"
         )
         row = await pool.fetchrow(
             f"WITH e AS ({expected}),"

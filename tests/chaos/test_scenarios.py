@@ -50,13 +50,13 @@ async def run(
     fault: Callable[[Scene], Awaitable[None]],
     *,
     lease: float = LEASE,
-    flows: bool = False,
+    mode: str = "job",
     catchup_bound: float = RECOVERY_TARGET,
 ) -> Figures:
     """Start two workers and the producer, measure, inject ``fault``, drain and check."""
     for _ in range(2):
         await scene.start_worker(lease)
-    await scene.start_producer(RATE, flows=flows)
+    await scene.start_producer(RATE, mode=mode)
     scene.pre_window = PRE
     await asyncio.sleep(1.0 + PRE)  # a second of warm-up, then the pre-fault window
     scene.begin_fault()
@@ -129,8 +129,28 @@ async def test_dag_sigkill(scene: Scene, record_figures: Any) -> None:
         await replace_a_worker(scene, KILL_LEASE)
 
     await run(
-        scene, record_figures, fault, lease=KILL_LEASE, flows=True, catchup_bound=KILL_CATCHUP
+        scene, record_figures, fault, lease=KILL_LEASE, mode="flow", catchup_bound=KILL_CATCHUP
     )
+
+
+async def test_map_sigkill(scene: Scene, record_figures: Any) -> None:
+    """Workers SIGKILLed while "a" completes and its map node's items are written: every run
+    still runs each item exactly once, and no map node has more or fewer items than its list."""
+
+    async def fault(scene: Scene) -> None:
+        for _ in range(3):
+            await replace_a_worker(scene, KILL_LEASE)
+            await asyncio.sleep(FAULT / 3)
+
+    await run(
+        scene, record_figures, fault, lease=KILL_LEASE, mode="map", catchup_bound=KILL_CATCHUP
+    )
+    async with asyncpg.create_pool(scene.dsn, min_size=1, max_size=1) as pool:
+        uneven = await pool.fetchval(
+            "SELECT count(*) FROM cyclone_steps m WHERE m.node = 'm' AND m.items IS DISTINCT FROM"
+            " (SELECT count(*) FROM cyclone_steps i WHERE i.run_id = m.run_id AND i.map_of = 'm')"
+        )
+    assert uneven == 0, "a map node whose items are not the items of its list"
 
 
 async def test_postgres_immediate_restart(
@@ -204,7 +224,7 @@ async def test_handler_blocks_the_event_loop(scene: Scene, record_figures: Any) 
     async def fault(scene: Scene) -> None:
         async with asyncpg.create_pool(scene.dsn, min_size=1, max_size=1) as pool:
             client = cyclone.Client(pool, notify=False)
-            await enqueue_ledgered(client, Job(-1, block=2 * lease), flows=False)
+            await enqueue_ledgered(client, Job(-1, block=2 * lease))
         await asyncio.sleep(2 * lease + 1)  # the worker that claimed it is blocked meanwhile
 
     await run(scene, record_figures, fault, lease=lease, catchup_bound=lease + 10.0)
