@@ -17,8 +17,8 @@ from cyclone._enqueue.wakeups import (
     TrackedTransaction,
     track_wakeups,
 )
+from cyclone._model import results as _workflows
 from cyclone._model import steps
-from cyclone._model import workflows as _workflows
 from cyclone._model.context import Snooze
 from cyclone._model.errors import (
     ConflictError,
@@ -72,6 +72,7 @@ from cyclone._model.handles import (
 from cyclone._model.nodes import MAX_ITEMS, Branch, Node
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
 from cyclone._model.ports import Tx
+from cyclone._model.results import ResultWorkflow, define, define_result
 from cyclone._model.schedules import (
     Schedule,
     schedule,
@@ -79,7 +80,7 @@ from cyclone._model.schedules import (
 from cyclone._model.settled import Settled
 from cyclone._model.steps import Kind, Step, action, register_kind, step
 from cyclone._model.wakeups import Wakeups
-from cyclone._model.workflows import ResultWorkflow, Workflow, define, define_result
+from cyclone._model.workflows import Workflow
 from cyclone._services.observe import Observer
 from cyclone._services.queues import KindLimits, QueueLimits, Queues, QueueSettings
 from cyclone._services.runs import Retention

@@ -37,9 +37,10 @@ from cyclone._model.errors import InvalidInputError
 from cyclone._model.handles import RunInfo, RunPage, RunQuery, RunState
 from cyclone._model.keys import validate_key, validate_name
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions, validate_int
+from cyclone._model.results import ResultWorkflow
 from cyclone._model.steps import Kind
 from cyclone._model.wakeups import Wakeups
-from cyclone._model.workflows import ResultWorkflow, Workflow
+from cyclone._model.workflows import Workflow
 from cyclone._services import transitions
 from cyclone._services.notifier import queue_payload
 from cyclone._services.observe import Observers

@@ -21,6 +21,7 @@ The targets live in ``cyclone._enqueue.targets``:
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -40,7 +41,8 @@ from cyclone._model.errors import ContextError, InvalidInputError
 from cyclone._model.handles import ResultRun, Run, RunService
 from cyclone._model.ids import uuid7_many
 from cyclone._model.options import EnqueueOptions, check_options
-from cyclone._model.workflows import ResultWorkflow, Workflow
+from cyclone._model.results import ResultWorkflow
+from cyclone._model.workflows import Workflow
 from cyclone._services.database import Database
 from cyclone._services.publisher import Publisher
 from cyclone._storage import queries as db
@@ -170,11 +172,14 @@ class Inserter:
         key: str | None,
         input: Any,
         options: Mapping[str, Any],
+        *,
+        parent: tuple[uuid.UUID, str] | None = None,
     ) -> tuple[Run, bool]:
         """Submit a run of ``workflow`` through ``tx``; its handle, and whether this call
-        created it (a ``submit_once`` key may name an existing run)."""
+        created it (a ``submit_once`` key may name an existing run). With ``parent`` (run,
+        node) the run is that node's next child."""
         target = target_for(self.client, tx)
-        plan = workflow.plan(payload_limit(self.client), key, input, options)
+        plan = workflow.plan(payload_limit(self.client), key, input, options, parent)
         run_id, created = await target.write_run(plan)
         owner = _Recorded() if self.client is None else self.client
         if isinstance(workflow, ResultWorkflow):

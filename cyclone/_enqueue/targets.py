@@ -186,8 +186,10 @@ class DatabaseTarget:
     async def _insert_run(self, plan: SubmitPlan, trace: str | None) -> tuple[uuid.UUID, bool]:
         q = self.settings._queries
         queues = set(plan.queues)
-        # Root map nodes grow their items in the insert's transaction.
-        async with self.connection(transaction=bool(plan.root_maps)) as conn:
+        # Root map nodes grow their items in the insert's transaction; a child run is
+        # written and linked in one.
+        own_tx = bool(plan.root_maps) or plan.parent is not None
+        async with self.connection(transaction=own_tx) as conn:
             for _ in range(_KEY_TRIES):
                 run_id = uuid7()
                 inserted = await db.workflow_insert(
@@ -208,13 +210,20 @@ class DatabaseTarget:
                 if existing is not None:
                     if not existing["same_input"]:
                         raise SubmitConflictError(plan.name, plan.key, existing["id"])
+                    await self._link(conn, plan, existing["id"])
                     return existing["id"], False
                 # The key's run was purged between the two statements: the key is free again.
             else:
                 raise KeyContentionError("submit", str(plan.key), plan.name)
+            await self._link(conn, plan, inserted)
         if plan.options.claimable_now():
             self.woke(sorted(queues))
         return inserted, True
+
+    async def _link(self, conn: db.Conn, plan: SubmitPlan, run_id: uuid.UUID) -> None:
+        """Make a child run its parent node's child (on the child's transaction)."""
+        if plan.parent is not None:
+            await db.child_link(conn, self.settings._queries, run_id, *plan.parent)
 
 
 class CallerTransaction(DatabaseTarget):

@@ -38,11 +38,12 @@ _TERMINAL = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """One node (step, wait, map or map item) of a run.
+    """One node (step, wait, map, map item or child) of a run.
 
     ``state`` is one of pending, available, scheduled, running, waiting, completed, failed,
     cancelled, skipped. ``errors`` holds every failed attempt's error, oldest first. An item
-    node of a map node has ``map_of`` (the map node's name) and ``item`` (its index).
+    node of a map node has ``map_of`` (the map node's name) and ``item`` (its index); a
+    child node has ``child_run``, the run it submitted last.
     """
 
     name: str
@@ -52,6 +53,7 @@ class NodeInfo:
     errors: list[dict[str, Any]]
     map_of: str | None = None
     item: int | None = None
+    child_run: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,8 @@ class RunInfo:
     ``nodes`` (by name) and ``edges`` (parent, child) are empty in ``list_runs`` pages;
     ``run.info()`` fills them, and ``input`` and ``output`` (the run's input and the output of
     a job or of a result workflow's result node, decoded as plain JSON values; ``None`` until
-    there is one, and in ``list_runs`` pages).
+    there is one, and in ``list_runs`` pages). A child run has ``parent_run`` and
+    ``parent_node``: the run and child node that submitted it (``run.info()`` only).
     """
 
     id: uuid.UUID
@@ -76,6 +79,8 @@ class RunInfo:
     edges: list[tuple[str, str]] = field(default_factory=list)
     input: Any = None
     output: Any = None
+    parent_run: uuid.UUID | None = None
+    parent_node: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
-"""A workflow's nodes (pure): step, wait and map nodes, the branches between them, and the
-checks that a definition's nodes, dependencies and map settings are sound.
+"""A workflow's nodes (pure): step, wait, map and child nodes, the branches between them,
+and the checks that a definition's nodes, dependencies and settings are sound.
 
 A map node is stored as one node with a spec (``{"map": {...}}``); its item nodes, named
-``map[0]``, ``map[1]``..., are written when the run reaches it. A branch is an edge with a
-condition: the parent output, as JSON, on which it is taken.
+``map[0]``, ``map[1]``..., are written when the run reaches it. A child node's spec is
+``{"child": {...}}``; its attempt runs a :class:`ChildStep`, which submits the child run. A
+branch is an edge with a condition: the parent output, as JSON, on which it is taken.
 """
 
 from __future__ import annotations
@@ -11,19 +12,35 @@ from __future__ import annotations
 import collections.abc
 import types
 import typing
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from cyclone._model import codec
+from cyclone._model.context import HandlerContext
 from cyclone._model.errors import InvalidInputError, UnknownNodeError
 from cyclone._model.keys import validate_name
+from cyclone._model.options import validate_int
 from cyclone._model.settled import Settled
-from cyclone._model.steps import Kind
+from cyclone._model.steps import Kind, Step
+
+
+class Definition(Protocol):
+    """What a child node needs of the workflow it runs (a :class:`cyclone.Workflow`)."""
+
+    name: str
+    input_type: Any
+
+    def steps(self) -> list[Step[Any, Any]]:
+        """Its steps with handlers, in definition order."""
+        ...
+
 
 # A node only gives its output out: a Node[bool] can be the result of a workflow of int.
 Out_co = TypeVar("Out_co", covariant=True)
 
+WAIT_QUEUE = "-"  # wait nodes are never claimed; the column wants a value
 MAX_ITEMS = 10_000
 """The default bound on a map node's items (``max_items=``): a list longer than this fails the
 map node, and its run, with an error that says so."""
@@ -61,6 +78,23 @@ class Node(Generic[Out_co]):
     def is_map(self) -> bool:
         """Whether this is a map node."""
         return self.spec is not None and "map" in self.spec
+
+    @property
+    def child(self) -> Definition | None:
+        """The workflow a child node submits a run of; None for any other node."""
+        return self.kind.workflow if isinstance(self.kind, ChildStep) else None
+
+    @property
+    def queue(self) -> str:
+        """The queue its attempts run on (a wait node's is never claimed)."""
+        return self.kind.queue if self.kind is not None else WAIT_QUEUE
+
+    @property
+    def max_attempts(self) -> int:
+        """Its attempt budget: its step's, a child node's own, 1 for a wait node."""
+        if self.spec is not None and "child" in self.spec:
+            return int(self.spec["child"]["max_attempts"])
+        return self.kind.max_attempts if self.kind is not None else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +154,18 @@ def check_new(workflow: str, nodes: Mapping[str, Node[Any]], node: Node[Any]) ->
                     f"node name {clash[0]!r} of workflow {workflow!r} is the name of an "
                     f"item of map node {other.name!r}: rename one of them"
                 )
+
+
+def check_input(what: str, wanted: Any, given: Any, input_fn: object) -> None:
+    """Refuse a node whose input, without ``input_fn``, would be a workflow input of type
+    ``given`` that ``what`` (a step, a child workflow) taking ``wanted`` does not accept."""
+    if input_fn is None and not accepts(wanted, given):
+        raise InvalidInputError(
+            f"{what} takes {codec.type_name(wanted)}, not the workflow input "
+            f"{codec.type_name(given)}: pass input=fn(workflow_input, outputs) to build it"
+        )
+    if input_fn is not None and not callable(input_fn):
+        raise InvalidInputError("input= must be a function (workflow_input, outputs)")
 
 
 def join_spec(join: object, deps: Sequence[str]) -> dict[str, Any] | None:
@@ -245,3 +291,74 @@ def _is_item_name(name: str, map_node: str) -> bool:
 def _bare(tp: Any) -> Any:
     """``tp`` without its ``Annotated`` constraints, which the worker checks on decode."""
     return typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
+
+
+class ChildStep(Step[Any, Any]):
+    """The step a child node's attempt runs. Its handler only hands the child's input on,
+    as its output: the worker's completer submits the child run in the transaction that
+    completes the attempt, in a batch with others, so the run exists if and only if the
+    attempt completed. The node then waits, holding no worker slot, until the child ends.
+
+    One per child workflow (``ChildStep.of``), named after it; its queue is that of the child
+    workflow's first step, which a worker serving the child listens on.
+    """
+
+    PREFIX = "cyclone.child:"
+
+    def __init__(self, workflow: Definition) -> None:
+        steps = workflow.steps()
+        if not steps:
+            raise InvalidInputError(
+                f"workflow {workflow.name!r} has no step nodes yet: define its nodes before "
+                "using it as a child"
+            )
+        name = self.PREFIX + workflow.name
+        Kind.__init__(self, name, workflow.input_type, workflow.input_type)
+        self.queue = steps[0].queue
+        self.handler = self._input
+        self.timeout = None
+        self.workflow = workflow
+
+    @classmethod
+    def of(cls, workflow: Definition) -> ChildStep:
+        """The child step of ``workflow``: the same object every time."""
+        if (found := _CHILD_STEPS.get(workflow)) is None:
+            found = _CHILD_STEPS[workflow] = cls(workflow)
+        return found
+
+    async def _input(self, ctx: HandlerContext[Any], input: Any) -> Any:
+        return input
+
+
+# Each workflow's child step, made once: a worker refuses two different steps of one name.
+_CHILD_STEPS: weakref.WeakKeyDictionary[Definition, ChildStep] = weakref.WeakKeyDictionary()
+
+
+def child_node(
+    where: tuple[str, Mapping[str, Node[Any]], Any],
+    workflow: Definition,
+    name: str | None,
+    after: Sequence[Node[Any] | Branch | str],
+    input_fn: Callable[[Any, Mapping[str, Any]], Any] | None,
+    join: Join,
+    max_attempts: int,
+) -> Node[Any]:
+    """The child node submitting a run of ``workflow``, checked. ``where`` is the parent
+    workflow's name, its nodes so far and its input type."""
+    parent, nodes, input_type = where
+    if not hasattr(workflow, "plan") or not hasattr(workflow, "input_type"):
+        raise InvalidInputError(
+            f"child= takes a workflow from cyclone.define(...) or cyclone.define_result(...), "
+            f"not {workflow!r}"
+        )
+    if workflow.name == parent:
+        raise InvalidInputError(f"workflow {parent!r} cannot be a child of itself")
+    name = name or workflow.name
+    check_input(f"child workflow {workflow.name!r}", workflow.input_type, input_type, input_fn)
+    budget = validate_int(max_attempts, what="max_attempts", low=1)
+    deps, conds = dependencies(parent, nodes, after)
+    spec: dict[str, Any] = dict(join_spec(join, deps) or {})
+    spec["child"] = {"workflow": workflow.name, "max_attempts": budget}
+    output_type = getattr(workflow, "output_type", type(None))
+    step = ChildStep.of(workflow)
+    return Node(name, step, deps, input_fn, output_type=output_type, spec=spec, conds=conds)

@@ -3,6 +3,7 @@ the insert statements take them."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,8 +11,6 @@ from typing import Any
 from cyclone._model import codec
 from cyclone._model.nodes import Node
 from cyclone._model.options import Options
-
-_WAIT_QUEUE = "-"  # wait nodes are never claimed; the column wants a value
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +30,7 @@ class SubmitPlan:
     # nodes, joins or branches; None for one without.
     shape: tuple[list[str | None], list[str | None]] | None = None
     root_maps: tuple[str, ...] = ()  # map nodes to expand in the insert's transaction
+    parent: tuple[uuid.UUID, str] | None = None  # the run and child node submitting this one
 
     @classmethod
     def of(
@@ -62,8 +62,8 @@ class SubmitPlan:
             nodes=(
                 [n.name for n in nodes],
                 [n.kind.name if n.kind else None for n in nodes],
-                [n.kind.queue if n.kind else _WAIT_QUEUE for n in nodes],
-                [n.kind.max_attempts if n.kind else 1 for n in nodes],
+                [n.queue for n in nodes],
+                [n.max_attempts for n in nodes],
                 [len(n.after) for n in nodes],
                 [n.timeout for n in nodes],
             ),

@@ -8,6 +8,7 @@ handles they give keep the client's runs service (``cyclone._model.handles.RunsC
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
@@ -64,9 +65,17 @@ class Inserter(Protocol):
         ...
 
     async def submit(
-        self, tx: object, workflow: Any, key: str | None, input: Any, options: Mapping[str, Any]
+        self,
+        tx: object,
+        workflow: Any,
+        key: str | None,
+        input: Any,
+        options: Mapping[str, Any],
+        *,
+        parent: tuple[uuid.UUID, str] | None = None,
     ) -> tuple[Run, bool]:
-        """Submit a run of ``workflow`` (the one of ``key``); whether this call created it."""
+        """Submit a run of ``workflow`` (the one of ``key``; with ``parent``, the next child
+        of that run's node); whether this call created it."""
         ...
 
 

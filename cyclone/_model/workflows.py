@@ -10,23 +10,26 @@ it keeps the graph it was submitted with when a later deploy changes the definit
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, Unpack, cast, overload
 
 from cyclone._model import codec
-from cyclone._model.errors import InvalidInputError, UnknownNodeError
+from cyclone._model.errors import InvalidInputError
 from cyclone._model.handles import ResultRun, Run
 from cyclone._model.keys import validate_key, validate_name
 from cyclone._model.nodes import (
     MAX_ITEMS,
     Branch,
+    Definition,
     Join,
     MapSettings,
     Node,
-    accepts,
+    check_input,
     check_items,
     check_new,
+    child_node,
     dependencies,
     join_spec,
     map_node,
@@ -34,20 +37,32 @@ from cyclone._model.nodes import (
 from cyclone._model.options import SubmitOptions, check_options, seconds
 from cyclone._model.plans import SubmitPlan
 from cyclone._model.settled import Settled
-from cyclone._model.steps import Kind, Step
+from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, Kind, Step
 
 if TYPE_CHECKING:
+    import uuid
+
     from cyclone._model.ports import ClientPort, Tx
 
 In = TypeVar("In")
 Out = TypeVar("Out")
 StepIn = TypeVar("StepIn")
 StepOut = TypeVar("StepOut")
+In_contra = TypeVar("In_contra", contravariant=True)
+Out_co = TypeVar("Out_co", covariant=True)
 
 SUBMIT_OPTIONS = SubmitOptions.__optional_keys__
 # Every workflow this process defined, for the worker's check that a step it serves is not
 # also a node of a workflow it was not given (whose nodes it would then never claim).
 _DEFINED: weakref.WeakSet[Workflow[Any]] = weakref.WeakSet()
+
+
+class Resulting(Protocol[In_contra, Out_co]):
+    """A workflow whose runs have a typed result (a ``ResultWorkflow``), as ``child`` takes it."""
+
+    async def submit(
+        self, client: ClientPort, input: In_contra, **options: Unpack[SubmitOptions]
+    ) -> ResultRun[Out_co]: ...
 
 
 def defined_workflows() -> list[Workflow[Any]]:
@@ -110,14 +125,7 @@ class Workflow(Generic[In]):
         """
         if not isinstance(step, Kind):
             raise InvalidInputError(f"{step!r} is not a step or kind")
-        if input is None and not accepts(step.input_type, self.input_type):
-            raise InvalidInputError(
-                f"step {step.name!r} takes {codec.type_name(step.input_type)}, not the "
-                f"workflow input {codec.type_name(self.input_type)}: pass "
-                "input=fn(workflow_input, outputs) to build it"
-            )
-        if input is not None and not callable(input):
-            raise InvalidInputError("input= must be a function (workflow_input, outputs)")
+        check_input(f"step {step.name!r}", step.input_type, self.input_type, input)
         deps, conds = dependencies(self.name, self._nodes, after)
         return self._add(
             Node(
@@ -209,6 +217,75 @@ class Workflow(Generic[In]):
         where = (self.name, self._nodes, self.input_type)
         return self._add(map_node(where, step, over, name, after, join, settings))
 
+    @overload
+    def child(
+        self,
+        workflow: Resulting[In, StepOut],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        input: None = ...,
+        max_attempts: int = ...,
+        join: Join = ...,
+    ) -> Node[StepOut]: ...
+    @overload
+    def child(
+        self,
+        workflow: Resulting[StepIn, StepOut],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        input: Callable[[In, Mapping[str, Any]], StepIn],
+        max_attempts: int = ...,
+        join: Join = ...,
+    ) -> Node[StepOut]: ...
+    @overload
+    def child(
+        self,
+        workflow: Workflow[In],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        input: None = ...,
+        max_attempts: int = ...,
+        join: Join = ...,
+    ) -> Node[None]: ...
+    @overload
+    def child(
+        self,
+        workflow: Workflow[StepIn],
+        *,
+        name: str | None = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        input: Callable[[In, Mapping[str, Any]], StepIn],
+        max_attempts: int = ...,
+        join: Join = ...,
+    ) -> Node[None]: ...
+    def child(
+        self,
+        workflow: Workflow[Any] | Resulting[Any, Any],
+        *,
+        name: str | None = None,
+        after: Sequence[Node[Any] | Branch | str] = (),
+        input: Callable[[Any, Mapping[str, Any]], Any] | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        join: Join = "all",
+    ) -> Node[Any]:
+        """Add a child node: it submits a run of ``workflow`` and completes with its result
+        (a result workflow's typed result; ``None`` for a plain workflow).
+
+        The child's input is the workflow input, or ``input(workflow_input, outputs)``. The
+        child run is submitted in the transaction that records the node's attempt, so a
+        reclaimed or retried attempt never makes a second child; the node holds no worker
+        slot while the child runs. A child that fails (or is cancelled) is a failed attempt
+        of the node, as is an attempt lost with its worker: with attempts left (10 by
+        default, as for a step), a new child is submitted. Cancelling the run cancels its
+        children.
+        """
+        where = (self.name, self._nodes, self.input_type)
+        child = cast("Definition", workflow)
+        return self._add(child_node(where, child, name, after, input, join, max_attempts))
+
     def wait(
         self,
         name: str,
@@ -252,6 +329,16 @@ class Workflow(Generic[In]):
                 seen.setdefault(node.kind.name, node.kind)
         return list(seen.values())
 
+    def children(self) -> list[Workflow[Any]]:
+        """The workflows its child nodes submit runs of, and theirs, each once."""
+        found: dict[str, Workflow[Any]] = {}
+        for node in self._nodes.values():
+            child = cast("Workflow[Any] | None", node.child)
+            if child is not None and child.name not in found:
+                found[child.name] = child
+                found.update((wf.name, wf) for wf in child.children())
+        return list(found.values())
+
     def output_types(self) -> dict[str, Any]:
         """Each node's output type, by node name."""
         return {n: nd.output_type for n, nd in self._nodes.items()}
@@ -294,8 +381,10 @@ class Workflow(Generic[In]):
         key: str | None,
         input: In,
         options: Mapping[str, Any],
+        parent: tuple[uuid.UUID, str] | None = None,
     ) -> SubmitPlan:
-        """Check a submit and return what it writes (nothing is written here)."""
+        """Check a submit and return what it writes (nothing is written here); ``parent``:
+        the run and node submitting it as a child."""
         opts = check_options(options, SUBMIT_OPTIONS, call="submit")
         if not self._nodes:
             raise InvalidInputError(f"workflow {self.name!r} has no nodes")
@@ -309,7 +398,8 @@ class Workflow(Generic[In]):
         nodes = list(self._nodes.values())
         check_items(self.name, nodes, input)
         key = None if key is None else validate_key(key)
-        return SubmitPlan.of(self.name, nodes, input, encoded, key, result_node, opts)
+        plan = SubmitPlan.of(self.name, nodes, input, encoded, key, result_node, opts)
+        return plan if parent is None else dataclasses.replace(plan, parent=parent)
 
     async def _submit(
         self,
@@ -320,99 +410,3 @@ class Workflow(Generic[In]):
         options: Mapping[str, Any],
     ) -> tuple[Run, bool]:
         return await client._inserter.submit(tx, self, key, input, options)
-
-
-class ResultWorkflow(Workflow[In], Generic[In, Out]):
-    """A workflow whose run has a typed result: the output of its result node."""
-
-    def __init__(self, name: str, input_type: Any, output_type: Any) -> None:
-        super().__init__(name, input_type)
-        codec.check_type(output_type, what=f"result of workflow {self.name!r}")
-        self.output_type = output_type
-
-    def set_result(self, node: Node[Out]) -> None:
-        """Make ``node`` (a step node of this workflow) the run's result."""
-        if not isinstance(node, Node) or self._nodes.get(node.name) is not node:
-            name = node.name if isinstance(node, Node) else repr(node)
-            raise UnknownNodeError(f"{node!r} is not a node of workflow {self.name!r}", name)
-        if node.kind is not None and not accepts(self.output_type, node.output_type):
-            raise InvalidInputError(
-                f"node {node.name!r} outputs {codec.type_name(node.output_type)}, "
-                f"not the workflow result {codec.type_name(self.output_type)}"
-            )
-        self._result = node.name
-
-    def _result_node(self) -> str | None:
-        if self._result is None:
-            raise InvalidInputError(f"result workflow {self.name!r} has no result node set")
-        return self._result
-
-    async def submit(
-        self, client: ClientPort, input: In, **options: Unpack[SubmitOptions]
-    ) -> ResultRun[Out]:
-        """Submit a new run; ``await run.result()`` gives the typed result."""
-        run = await super().submit(client, input, **options)
-        assert isinstance(run, ResultRun)
-        return run
-
-    async def submit_tx(
-        self, client: ClientPort, tx: Tx, input: In, **options: Unpack[SubmitOptions]
-    ) -> ResultRun[Out]:
-        """Submit a new run in the caller's transaction."""
-        run = await super().submit_tx(client, tx, input, **options)
-        assert isinstance(run, ResultRun)
-        return run
-
-    async def submit_once(
-        self, client: ClientPort, key: str, input: In, **options: Unpack[SubmitOptions]
-    ) -> tuple[ResultRun[Out], bool]:
-        """The one run of ``key``, with a typed result."""
-        run, created = await super().submit_once(client, key, input, **options)
-        assert isinstance(run, ResultRun)
-        return run, created
-
-    async def submit_once_tx(
-        self, client: ClientPort, tx: Tx, key: str, input: In, **options: Unpack[SubmitOptions]
-    ) -> tuple[ResultRun[Out], bool]:
-        """``submit_once`` in the caller's transaction, with a typed result."""
-        run, created = await super().submit_once_tx(client, tx, key, input, **options)
-        assert isinstance(run, ResultRun)
-        return run, created
-
-
-@overload
-def define(name: str, input_type: type[In]) -> Workflow[In]: ...
-@overload
-def define(name: str, input_type: Any) -> Workflow[Any]: ...
-def define(name: str, input_type: Any) -> Workflow[Any]:
-    """Define a workflow named ``name`` taking ``input_type``; add nodes with ``node``."""
-    return Workflow(name, input_type)
-
-
-@overload
-def define_result(
-    name: str, input_type: type[In], output_type: type[Out]
-) -> ResultWorkflow[In, Out]: ...
-@overload
-def define_result(name: str, input_type: Any, output_type: Any) -> ResultWorkflow[Any, Any]: ...
-def define_result(name: str, input_type: Any, output_type: Any) -> ResultWorkflow[Any, Any]:
-    """Define a workflow with a typed result; pick the result node with ``set_result``."""
-    return ResultWorkflow(name, input_type, output_type)
-
-
-def require_workflow(workflow: object, *, call: str) -> None:
-    """Refuse anything but a workflow as the workflow of ``cyclone.<call>()`` (its name, a
-    step): the call would fail later with an ``AttributeError``."""
-    if isinstance(workflow, Workflow):
-        return
-    if isinstance(workflow, Kind):
-        instead = (
-            f"a step is enqueued, not submitted: use cyclone.{call.replace('submit', 'enqueue')}"
-        )
-    else:
-        instead = "pass the workflow object itself"
-    raise InvalidInputError(
-        f"cyclone.{call}() takes a workflow from cyclone.define(...) or "
-        f"cyclone.define_result(...), got {codec.type_name(type(workflow))} {workflow!r}: "
-        f"{instead}"
-    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -189,7 +190,9 @@ class Runs:
             nodes = await db.run_nodes(conn, q, run_id)
             edges = await db.run_edges(conn, q, run_id)
             payload = await db.run_payload(conn, q, run_id)
-        info = run_info(row, payload)
+        info = dataclasses.replace(
+            run_info(row, payload), parent_run=row["parent_run"], parent_node=row["parent_node"]
+        )
         info.edges.extend((e["parent"], e["child"]) for e in edges)
         info.nodes.extend(
             NodeInfo(
@@ -200,6 +203,7 @@ class Runs:
                 errors=codec.decode(n["errors"], list[dict[str, Any]]),
                 map_of=n["map_of"],
                 item=n["item"],
+                child_run=n["child_run"],
             )
             for n in nodes
         )

@@ -34,11 +34,21 @@ class Effects:
 
     queues: set[str] = field(default_factory=set)
     ended: set[uuid.UUID] = field(default_factory=set)
+    # Runs that ended and are (or may be) child runs, whose parent nodes end_children settles
+    # before the transition commits: not announced.
+    children: set[uuid.UUID] = field(default_factory=set)
+
+    @classmethod
+    def ending(cls, run_id: uuid.UUID) -> Effects:
+        """The effects of a run that ended outside node_advance (failed or cancelled), which
+        may be a child run."""
+        return cls(ended={run_id}, children={run_id})
 
     def merge(self, other: Effects) -> None:
         """Add ``other``'s announcements to these."""
         self.queues |= other.queues
         self.ended |= other.ended
+        self.children |= other.children
 
     def merged(self, other: Effects) -> Effects:
         """These announcements with ``other``'s added."""
@@ -88,6 +98,8 @@ async def _released(
             effects.queues.add(row["value"])
         elif what == "ended":
             effects.ended.add(row["run_id"])
+            if row["node"] == "child":
+                effects.children.add(row["run_id"])
         elif what == "skipped":
             settled.add(row["run_id"], row["node"], skipped=True)
         elif what == "map":
@@ -123,7 +135,7 @@ async def expand_maps(
             completed.add(row["run_id"], row["node"], skipped=False)
         else:  # failed: the list was too long, or not a list
             await db.run_fail(conn, q, row["run_id"], row["value"], drop_running=False)
-            effects.ended.add(row["run_id"])
+            effects.merge(Effects.ending(row["run_id"]))
     return completed
 
 
@@ -145,15 +157,66 @@ async def settle_items(
     return effects
 
 
-async def advance_completed(conn: db.Conn, q: Queries, rows: Sequence[db.Record]) -> Effects:
+async def advance_completed(
+    conn: db.Conn, q: Queries, rows: Sequence[db.Record], children: Sequence[uuid.UUID] = ()
+) -> Effects:
     """Advance past nodes that ``node_complete_many`` completed (``rows``: run_id, node,
-    map_of): an item node settles on its map node, any other node releases its children."""
+    map_of, child): an item node settles on its map node, a child node waits for its child
+    run (of ``children``, the runs the caller submitted for them: settled at once if one
+    already ended), any other node releases its children."""
     nodes, items = _Done(), _Done()
     for r in rows:
-        (nodes if r["map_of"] is None else items).add(r["run_id"], r["node"], skipped=False)
+        if not r["child"]:
+            (nodes if r["map_of"] is None else items).add(r["run_id"], r["node"], skipped=False)
     effects = await advance(conn, q, nodes.run_ids, nodes.nodes)
     if items.run_ids:
         effects.merge(await settle_items(conn, q, items.run_ids, items.nodes))
+    return await end_children(conn, q, effects, also=children)
+
+
+async def end_children(
+    conn: db.Conn, q: Queries, effects: Effects, also: Sequence[uuid.UUID] = ()
+) -> Effects:
+    """Settle the parent nodes of the child runs that ended (``effects.children``, and
+    those in ``also`` that ended earlier; runs and parents locked by the caller), and so on
+    up the parents that end in turn; returns ``effects`` with what that announces added."""
+    seen: set[uuid.UUID] = set()
+    todo = effects.children | set(also)
+    while todo:
+        seen |= todo
+        more = await _settle_parents(conn, q, sorted(todo))
+        effects.merge(more)
+        todo = more.children - seen
+    effects.children.clear()
+    return effects
+
+
+async def _settle_parents(conn: db.Conn, q: Queries, run_ids: Sequence[uuid.UUID]) -> Effects:
+    effects = Effects()
+    completed = _Done()
+    for row in await db.child_settle(conn, q, run_ids):
+        what = row["what"]
+        if what == "completed":
+            completed.add(row["run_id"], row["node"], skipped=False)
+        elif what == "queue":  # a new attempt, which submits a new child
+            effects.queues.add(row["value"])
+        else:  # out of attempts: the parent run fails with the child's end as its error
+            await db.run_fail(conn, q, row["run_id"], row["value"], drop_running=False)
+            effects.merge(Effects.ending(row["run_id"]))
+    return effects.merged(await advance(conn, q, completed.run_ids, completed.nodes))
+
+
+async def cancel_children(conn: db.Conn, q: Queries, run_ids: Sequence[uuid.UUID]) -> Effects:
+    """Cancel the child runs of ``run_ids`` (locked by the caller) that have not ended, and
+    theirs; their locks are taken after their parents', as run_lock_many orders them."""
+    effects = Effects()
+    children = await db.run_children(conn, q, run_ids)
+    while children:
+        await db.run_lock_many(conn, q, children)
+        for child in children:
+            if await db.run_cancel(conn, q, child):
+                effects.ended.add(child)  # its parent node was cancelled: nothing to settle
+        children = await db.run_children(conn, q, children)
     return effects
 
 
@@ -224,6 +287,9 @@ async def cancel(conn: db.Conn, q: Queries, run_id: uuid.UUID) -> tuple[bool, Ef
     else:
         await lock_run(conn, q, run_id)
         cancelled = await db.run_cancel(conn, q, run_id)
+        if cancelled:  # its children with it; a child's own parent node settles
+            effects = Effects.ending(run_id).merged(await cancel_children(conn, q, [run_id]))
+            return True, await end_children(conn, q, effects)
     return cancelled, Effects(ended={run_id} if cancelled else set())
 
 
@@ -258,7 +324,7 @@ async def retry(conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str | None) 
         raise InvalidStateError(f"node {node!r} of run {run_id} has not failed")
     if not reopened["reopened"]:
         return effects  # another failed node keeps the run failed; this one was reset
-    return effects.merged(await release(conn, q, run_id))
+    return await end_children(conn, q, effects.merged(await release(conn, q, run_id)))
 
 
 async def release(conn: db.Conn, q: Queries, run_id: uuid.UUID) -> Effects:
@@ -284,7 +350,7 @@ async def signal(conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str, payloa
         raise InvalidStateError(f"wait node {node!r} of run {run_id} was already signalled")
     if node_state != NodeState.WAITING:
         return Effects()
-    return await finish_waits(conn, q, [run_id], [node])
+    return await end_children(conn, q, await finish_waits(conn, q, [run_id], [node]))
 
 
 async def fail_node_or_job(
@@ -304,9 +370,11 @@ async def fail_node_or_job(
     if failed is None:
         return False, Effects()
     if failed["settles"]:  # an item of a map that settles all its items: the run goes on
-        return True, await settle_items(conn, q, [run_id], [attempt.node])
-    await db.run_fail(conn, q, run_id, error, drop_running=False)
-    return True, Effects(ended={run_id})
+        effects = await settle_items(conn, q, [run_id], [attempt.node])
+    else:
+        await db.run_fail(conn, q, run_id, error, drop_running=False)
+        effects = Effects.ending(run_id)
+    return True, await end_children(conn, q, effects)
 
 
 async def expire_wait(
@@ -317,7 +385,7 @@ async def expire_wait(
     if not await db.wait_expire(conn, q, run_id, node, error):
         return Effects()
     await db.run_fail(conn, q, run_id, error, drop_running=False)
-    return Effects(ended={run_id})
+    return await end_children(conn, q, Effects.ending(run_id))
 
 
 async def expire_deadline(
@@ -331,4 +399,4 @@ async def expire_deadline(
     if states.get(run_id) != RunState.PENDING:
         return Effects()
     await db.run_fail(conn, q, run_id, error, drop_running=True)
-    return Effects(ended={run_id})
+    return await end_children(conn, q, Effects.ending(run_id))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import asyncpg
 
 from cyclone._model.errors import InvalidStateError, SchemaNotMigratedError
+from cyclone._model.nodes import ChildStep
 from cyclone._services import transitions
 from cyclone._services.database import Database, Held
 from cyclone._services.publisher import Publisher
@@ -53,6 +55,9 @@ _WRITERS = 3  # batches written at once, each on its own connection
 Accepted = set[tuple[int, int]]
 Write = Callable[[db.Conn, Sequence[Any]], Awaitable[tuple[Accepted, Effects]]]
 Confirm = Callable[[db.Conn, Sequence[Any], Effects], Awaitable[Accepted]]
+# Submits the child runs of completed child nodes on the completion's connection: what that
+# announces, and the runs, in the order of the outcomes.
+Spawn = Callable[[db.Conn, Sequence["Completed"]], Awaitable[tuple[Effects, list[uuid.UUID]]]]
 
 
 @dataclass(slots=True)
@@ -76,8 +81,10 @@ class Completer:
         bound: int,
         on_written: Callable[[], None] = lambda: None,
         batch_size: int = 200,
+        spawn: Spawn | None = None,
     ) -> None:
         self._database = database
+        self._spawn = spawn
         self._connections = Held(database, keep=_WRITERS)  # its writers', between batches
         self._q = database.queries
         self._publisher = publisher
@@ -251,8 +258,21 @@ class Completer:
         """Complete workflow nodes and advance their runs (in the caller's transaction)."""
         await db.run_lock_many(conn, self._q, [o.claimed.run_id for o in outcomes])
         rows = await db.node_complete_many(conn, self._q, _completions(outcomes))
-        effects = await transitions.advance_completed(conn, self._q, rows)
-        return {(r["id"], r["claims"]) for r in rows}, effects
+        accepted = {(r["id"], r["claims"]) for r in rows}
+        spawned: Effects | None = None
+        children: list[uuid.UUID] = []
+        if any(r["child"] for r in rows):  # child nodes: their child runs, in this transaction
+            assert self._spawn is not None, "a child node completed by a worker without spawn"
+            nodes = [
+                o
+                for o in outcomes
+                if o.claimed.key in accepted and o.claimed.kind.startswith(ChildStep.PREFIX)
+            ]
+            spawned, children = await self._spawn(conn, nodes)
+        effects = await transitions.advance_completed(conn, self._q, rows, children)
+        if spawned is not None:
+            effects.merge(spawned)
+        return accepted, effects
 
     async def _complete(
         self, conn: db.Conn, outcomes: Sequence[Completed]

@@ -38,6 +38,7 @@ from cyclone._worker.outcomes import Claiming
 from cyclone._worker.producer import Producer
 from cyclone._worker.scheduler import Scheduler
 from cyclone._worker.served import check_served
+from cyclone._worker.spawn import ChildSpawner
 
 if TYPE_CHECKING:
     from cyclone._model.schedules import Schedule
@@ -61,7 +62,8 @@ def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0)
 
 
 class Worker(AsyncResource):
-    """Runs the handlers of ``steps`` and of every step in ``workflows``.
+    """Runs the handlers of ``steps`` and of every step in ``workflows`` (and in the
+    workflows their child nodes submit runs of).
 
     ``queues`` maps queue names to concurrency limits (default: each step's queue, 10).
     ``poll_interval`` bounds how long claimable work can wait when a notification is lost.
@@ -107,7 +109,8 @@ class Worker(AsyncResource):
         for s in steps:
             self._add_step(s)
         given = dict(self._steps)  # the steps= themselves, apart from the workflows' steps
-        for wf in workflows:
+        # A workflow's child workflows are served with it: its child nodes wait on them.
+        for wf in [*workflows, *(child for parent in workflows for child in parent.children())]:
             if wf.name in self._workflows and self._workflows[wf.name] is not wf:
                 raise InvalidInputError(f"two workflows named {wf.name!r}")
             self._workflows[wf.name] = wf
@@ -156,6 +159,7 @@ class Worker(AsyncResource):
                 for n in self._queues.values()
             ),
             on_written=self._room_made,
+            spawn=ChildSpawner(client, self._steps) or None,
         )
         executor = Executor(
             self._steps,

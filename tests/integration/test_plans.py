@@ -293,6 +293,8 @@ async def test_workflow_plans_read_steps_and_edges_by_key_with_stale_statistics(
         ("node_advance", (run_ids, nodes, [False] * n)),
         ("map_expand", (run_ids, nodes, None)),
         ("map_settle", (run_ids, nodes)),
+        ("child_settle", (run_ids,)),
+        ("run_children", (run_ids,)),
         ("attempts_completed", (run_ids, nodes, ids, claims)),
         ("attempts_failed", (run_ids, nodes, [error] * n)),
         ("task_retry_many", (run_ids, ids, claims, [0.0] * n, [error] * n, [False] * n)),

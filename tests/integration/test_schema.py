@@ -25,6 +25,7 @@ INDEXES = {
     "idx_runs_submit_key",
     "idx_runs_unique_key",
     "idx_runs_deadline",
+    "idx_runs_parent",
     "idx_runs_finished",
     "cyclone_steps_pkey",
     "idx_steps_wait_until",

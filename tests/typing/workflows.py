@@ -150,3 +150,27 @@ def wrong_shapes() -> None:
     shaped.set_result(settled)  # type: ignore[arg-type]
     big.when("yes")  # type: ignore[arg-type]
     shaped.node(label, after=[big], input=to_warehouse, join="some")  # type: ignore[call-overload]
+
+
+# Child workflows: a child node's output is the child workflow's result type.
+
+child_flow = cyclone.define_result("child_flow", Order, int)
+child_flow.set_result(child_flow.node(charge))
+plain_child = cyclone.define("plain_child", str)
+plain_child.node(label, input=lambda warehouse, _: warehouse)
+
+parent_flow = cyclone.define_result("parent_flow", Order, int)
+charged_child = parent_flow.child(child_flow, max_attempts=3)
+plain_done = parent_flow.child(plain_child, input=to_warehouse, after=[charged_child])
+parent_flow.set_result(charged_child)
+
+
+def children() -> None:
+    assert_type(charged_child, cyclone.Node[int])
+    assert_type(plain_done, cyclone.Node[None])
+
+
+def wrong_children() -> None:
+    parent_flow.child(plain_child)  # type: ignore[arg-type]
+    parent_flow.set_result(plain_done)  # type: ignore[arg-type]
+    sized.child(child_flow, input=to_warehouse)  # type: ignore[arg-type]

@@ -12,6 +12,11 @@ caller's business; nothing here begins or commits. Callers use the package as on
 
 from __future__ import annotations
 
+from cyclone._storage.queries.children import (
+    child_link,
+    child_settle,
+    run_children,
+)
 from cyclone._storage.queries.claim import (
     CLAIM_MAX,
     ClaimedRows,
@@ -137,6 +142,8 @@ __all__ = [
     "attempts_completed",
     "attempts_failed",
     "attempts_released",
+    "child_link",
+    "child_settle",
     "job_complete_many",
     "job_end",
     "job_find_unique",
@@ -158,6 +165,7 @@ __all__ = [
     "queue_list",
     "queue_pause_set",
     "run_cancel",
+    "run_children",
     "run_count",
     "run_deadline_due",
     "run_edges",

@@ -34,16 +34,21 @@ RETURNING d.id, d.claims, r.id AS run_id;
 
 -- name: node_complete_many(run_ids, ids, claims, outputs)
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above. An item
--- node says its map node (the caller settles it there rather than advancing past it).
+-- node says its map node (the caller settles it there rather than advancing past it). A
+-- child node waits for the end of the child run that the caller submits next, in this
+-- transaction, from the attempt's output (the child's input).
 /* fragment: fenced_completions */
     RETURNING t.id, t.claims, t.run_id, t.node, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_steps s
-SET state = 'completed', output = d.output::jsonb, attempts = d.attempt, errors = d.errors,
-    finished_at = __now__, completed_task = d.id, completed_claims = d.claims
+SET state = CASE WHEN s.spec ? 'child' THEN 'waiting' ELSE 'completed' END,
+    output = CASE WHEN s.spec ? 'child' THEN NULL ELSE d.output::jsonb END,
+    attempts = d.attempt, errors = d.errors,
+    finished_at = CASE WHEN s.spec ? 'child' THEN NULL ELSE __now__ END,
+    completed_task = d.id, completed_claims = d.claims
 FROM done d
 WHERE s.run_id = d.run_id AND s.node = d.node
-RETURNING d.id, d.claims, s.run_id, s.node, s.map_of;
+RETURNING d.id, d.claims, s.run_id, s.node, s.map_of, s.spec ? 'child' AS child;
 
 -- name: attempts_completed(run_ids, nodes, ids, claims)
 -- Which of these attempts (run, node or NULL for a job, task id, claim count) completed

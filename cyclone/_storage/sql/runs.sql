@@ -39,7 +39,7 @@ FROM __schema__.cyclone_runs r WHERE r.id = :run_id;
 -- One run as listed (run_search's columns), its state as reported (a pending run that
 -- started is running). Listing goes through run_search.
 SELECT r.id, r.name, r.job, r.key, r.created_at, r.finished_at, r.error::text AS error,
-    /* fragment: reported_state */ AS state
+    /* fragment: reported_state */ AS state, r.parent_run, r.parent_node
 FROM __schema__.cyclone_runs r
 WHERE r.id = :run_id;
 
@@ -47,7 +47,7 @@ WHERE r.id = :run_id;
 -- Each node's state, by node name, a map node's items after it in item order: a queued
 -- node's live task tells available, scheduled or running.
 SELECT * FROM (
-    SELECT s.node, s.kind, s.map_of, s.item,
+    SELECT s.node, s.kind, s.map_of, s.item, s.child_run,
         CASE WHEN s.state <> 'queued' THEN s.state
              WHEN t.state = 'running' THEN 'running'
              WHEN t.available_at > __now__ THEN 'scheduled'
@@ -58,7 +58,7 @@ SELECT * FROM (
     LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = s.run_id AND t.node = s.node
     WHERE s.run_id = :run_id
     UNION ALL
-    SELECT r.name, r.name, NULL, NULL,
+    SELECT r.name, r.name, NULL, NULL, NULL,
         CASE WHEN t.state = 'running' THEN 'running'
              WHEN t.state = 'failed' THEN 'failed'
              WHEN t.available_at > __now__ THEN 'scheduled'

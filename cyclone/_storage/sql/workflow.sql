@@ -5,11 +5,22 @@
 -- fails (parking what it has not started) or re-opens.
 
 -- name: run_lock_many(run_ids)
--- Lock runs in id order: the first lock of every multi-row transition of workflow runs (see
--- the lock order in README.md). In a statement of its own, so that the next statement's
--- snapshot sees every commit made before the lock was granted.
+-- Lock runs, and the runs they are children of, in id order: the first lock of every
+-- multi-row transition of workflow runs (see the lock order in README.md). In a statement of
+-- its own, so that the next statement's snapshot sees every commit made before the lock was
+-- granted. (parent_run never changes, so it can be read before the lock.)
+WITH RECURSIVE up (id) AS (
+    SELECT unnest(:run_ids::uuid[])
+    UNION
+    SELECT r.parent_run FROM up
+    CROSS JOIN LATERAL (
+        SELECT r.parent_run FROM __schema__.cyclone_runs r WHERE r.id = up.id
+        OFFSET 0
+    ) r
+    WHERE r.parent_run IS NOT NULL
+)
 SELECT id, state FROM __schema__.cyclone_runs
-WHERE id = ANY (:run_ids::uuid[]) ORDER BY id FOR UPDATE;
+WHERE id = ANY (ARRAY(SELECT id FROM up)) ORDER BY id FOR UPDATE;
 
 -- name: node_advance(run_ids, nodes, skipped)
 -- After nodes completed or were skipped (:skipped; runs locked by the caller, so their states
@@ -20,7 +31,8 @@ WHERE id = ANY (:run_ids::uuid[]) ORDER BY id FOR UPDATE;
 -- for its expansion (the caller's map_expand), and a step node is queued. Count the run down
 -- and complete it at zero. Returns the queues that got work, signalled wait nodes that
 -- became reachable, map nodes to expand and skipped nodes (the caller handles them and
--- advances again), and runs that ended.
+-- advances again), and runs that ended (node 'child' for a child run, whose parent node the
+-- caller settles).
 WITH done AS (
     SELECT * FROM unnest(:run_ids::uuid[], :nodes::text[], :skipped::bool[])
         AS d (run_id, node, skipped)
@@ -81,7 +93,7 @@ WITH done AS (
     -- where a stale plan hashed the batch against a scan of every run; read once (an
     -- InitPlan), it must not become the inner side of a loop (test_plans.py pins both).
     WHERE r.id = x.run_id AND r.id = ANY (ARRAY(SELECT run_id FROM done))
-    RETURNING r.id, r.state
+    RETURNING r.id, r.state, r.parent_run IS NOT NULL AS child
 )
 SELECT 'queue' AS what, queue AS value, NULL::uuid AS run_id, NULL::text AS node
 FROM released WHERE state = 'queued' AND pending_deps = 0
@@ -91,7 +103,8 @@ SELECT CASE WHEN state = 'skipped' THEN 'skipped'
 FROM released
 WHERE pending_deps = 0 AND (state = 'skipped' OR state = 'waiting' AND (map OR signalled))
 UNION ALL
-SELECT 'ended', state, id, NULL FROM counted WHERE state <> 'pending';
+SELECT 'ended', state, id, CASE WHEN child THEN 'child' END
+FROM counted WHERE state <> 'pending';
 
 -- fragment: map_release_items
 -- The CTEs after chosen (run_id, node, open: item nodes to release, their run open or not):

@@ -1,0 +1,81 @@
+-- Child runs: the transaction that completes a child node's attempt submits a run of another
+-- workflow (keyed by the attempt's task; child_link after the insert), the node waits, and the
+-- child run's end settles it (child_settle). Cancelling a run cancels its children
+-- (run_children). Every transition here runs under run_lock_many, which holds the parents'
+-- locks with their children's.
+
+-- name: child_link(run_id, parent_run, parent_node)
+-- Make run_id (written by this transaction) the child of the node, on the child's run row
+-- and as the node's child_run (the parent run locked by the caller).
+WITH child AS (
+    UPDATE __schema__.cyclone_runs SET parent_run = :parent_run, parent_node = :parent_node
+    WHERE id = :run_id
+    RETURNING id
+)
+UPDATE __schema__.cyclone_steps s SET child_run = (SELECT id FROM child)
+WHERE s.run_id = :parent_run AND s.node = :parent_node;
+
+-- name: child_settle(run_ids)
+-- Runs that ended (locked by the caller, their parents too) and are children: the parent
+-- node waiting on each completes with the child's result (its result node's output, null
+-- without one), or takes the child's end as a failed attempt: queued for a new attempt (and
+-- a new child) while it has attempts left and its run is open, else failed. Returns what
+-- each parent node became: 'completed' (the caller advances past it), 'queue' (its queue),
+-- or 'failed' with the error (the caller fails the parent run).
+WITH ended AS (
+    SELECT r.id, r.name, r.state, r.parent_run, r.parent_node, r.error,
+           /* fragment: run_output */ AS output,
+           (SELECT p.state = 'pending' FROM __schema__.cyclone_runs p
+            WHERE p.id = r.parent_run) AS open
+    FROM unnest(:run_ids::uuid[]) AS e (id)
+    CROSS JOIN LATERAL (
+        SELECT * FROM __schema__.cyclone_runs r
+        WHERE r.id = e.id AND r.parent_run IS NOT NULL
+          AND r.state IN ('completed', 'failed', 'cancelled')
+        OFFSET 0
+    ) r
+), settled AS (
+    UPDATE __schema__.cyclone_steps s
+    SET state = CASE WHEN e.state = 'completed' THEN 'completed'
+                     WHEN s.attempts < s.max_attempts AND e.open THEN 'queued'
+                     ELSE 'failed' END,
+        output = CASE WHEN e.state = 'completed' THEN coalesce(e.output::jsonb, 'null') END,
+        errors = CASE WHEN e.state = 'completed' THEN s.errors
+                      ELSE s.errors || jsonb_build_array(jsonb_build_object(
+                          'attempt', s.attempts,
+                          'type', CASE WHEN e.state = 'failed' THEN 'ChildRunFailed'
+                                       ELSE 'ChildRunCancelled' END,
+                          'message', 'child run ' || e.id || ' of workflow ' || e.name || ' '
+                              || e.state || coalesce(': ' || (e.error->>'type') || ': '
+                                                     || (e.error->>'message'), ''),
+                          'child_run', e.id,
+                          'at', __now__)) END,
+        finished_at = CASE WHEN e.state = 'completed' OR s.attempts >= s.max_attempts
+                                OR NOT e.open THEN __now__ END
+    FROM ended e
+    WHERE s.run_id = e.parent_run AND s.node = e.parent_node
+      AND s.state = 'waiting' AND s.child_run = e.id
+    RETURNING s.run_id, s.node, s.kind, s.queue, s.priority, s.max_attempts, s.attempts,
+              s.errors, s.state
+), requeued AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, max_attempts, attempt, errors, group_key)
+    SELECT s.run_id, s.node, s.kind, s.queue, s.priority, s.max_attempts, s.attempts, s.errors,
+           coalesce((SELECT r.group_key FROM __schema__.cyclone_runs r WHERE r.id = s.run_id),
+                    '')
+    FROM settled s WHERE s.state = 'queued'
+)
+SELECT CASE WHEN state = 'queued' THEN 'queue' ELSE state END AS what,
+       CASE WHEN state = 'queued' THEN queue WHEN state = 'failed' THEN (errors->-1)::text END
+           AS value,
+       run_id, node
+FROM settled;
+
+-- name: run_children(run_ids)
+-- The child runs of these runs that have not ended: what cancelling them cancels too.
+SELECT c.id FROM unnest(:run_ids::uuid[]) AS p (id)
+CROSS JOIN LATERAL (
+    SELECT r.id FROM __schema__.cyclone_runs r
+    WHERE r.parent_run = p.id AND r.state = 'pending'
+    OFFSET 0
+) c;
