@@ -116,6 +116,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     console.print(f"{info.name} {info.id}  {info.state.value}", markup=False)
     if info.key is not None:  # a run without a key has no line for it
         console.print(f"key: {info.key}", markup=False, highlight=False)
+    if info.parent_run is not None:
+        console.print(f"parent: {info.parent_run} node {info.parent_node}", markup=False)
     for label, value in (("input", info.input), ("output", info.output)):
         text = json.dumps(value, default=str, indent=2)
         console.print(f"{label}: {text}", markup=False, highlight=False)
@@ -133,6 +135,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             f"{last['type']}: {last['message']}" if last else "",
         )
     console.print(table)
+    for n in info.nodes:
+        if n.child_run is not None:
+            console.print(f"child of {n.name}: {n.child_run}", markup=False, highlight=False)
     states = {n.name: n.state for n in info.nodes}
     items: dict[str, tuple[int, int]] = {}
     for n in info.nodes:  # a map node's line says how many of its items are done

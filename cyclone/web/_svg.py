@@ -6,6 +6,7 @@ The templates draw what these compute; every label stays text for Jinja2 to esca
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,13 +21,15 @@ MARGIN = 10
 @dataclass(frozen=True, slots=True)
 class Box:
     """One node drawn: its label, state (a CSS class) and top-left corner; for a map node,
-    how many of its items are done (completed or failed) of how many."""
+    how many of its items are done (completed or failed) of how many; for a child node, its
+    child run."""
 
     name: str
     state: str
     x: int
     y: int
     items: tuple[int, int] | None = None
+    child_run: uuid.UUID | None = None  # a child node's: the box links to that run
 
     @property
     def label(self) -> str:
@@ -90,6 +93,7 @@ def dag(nodes: Sequence[NodeInfo], edges: Sequence[tuple[str, str]]) -> Dag:
     """Lay out a run's nodes (left to right by layer) and route its edges. A map node's
     items are drawn as one box, the map node's, with the count of those done."""
     states = {n.name: n.state for n in nodes if n.map_of is None}
+    children = {n.name: n.child_run for n in nodes if n.child_run is not None}
     items: dict[str, list[int]] = {}
     for n in nodes:
         if n.map_of is not None:
@@ -109,7 +113,10 @@ def dag(nodes: Sequence[NodeInfo], edges: Sequence[tuple[str, str]]) -> Dag:
             at[name] = (x, y)
             done = items.get(name)
             counts = None if done is None else (done[0], done[1])
-            boxes.append(Box(name=name, state=states[name], x=x, y=y, items=counts))
+            kid_run = children.get(name)
+            boxes.append(
+                Box(name=name, state=states[name], x=x, y=y, items=counts, child_run=kid_run)
+            )
     paths = []
     for parent, child in edges:
         if parent not in at or child not in at:

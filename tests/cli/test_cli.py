@@ -22,6 +22,10 @@ from tests.conftest import ROOT, reaped
 # Here, not in tests.cli.app: the CLI's workers, which import that, are not given it.
 mapped = cyclone.define("cli.mapped", list[int])
 mapped.node(echo, name="after", after=[mapped.map(echo, name="each")], input=lambda _, o: 0)
+kid = cyclone.define_result("cli.kid", int, int)
+kid.set_result(kid.node(echo, name="x"))
+parented = cyclone.define("cli.parented", int)
+parented.child(kid, name="k")
 
 
 async def test_migrate_says_where_the_schema_is(cyclone_env: CycloneEnv) -> None:
@@ -120,6 +124,18 @@ async def test_runs_ls_show_cancel_retry(cyclone_env: CycloneEnv) -> None:
     code, out, _ = await cli("runs", "retry", str(failing.id), dsn=cyclone_env.dsn)
     assert code == 0
     assert await failing.status() is cyclone.RunState.PENDING
+
+
+async def test_runs_show_links_a_child_and_its_parent(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    with_kid = await parented.submit(client, 5)
+    async with cyclone.Worker(client, workflows=[parented], poll_interval=0.05):
+        assert await with_kid.wait(timeout=30) is cyclone.RunState.COMPLETED
+    kid_id = (await with_kid.info()).nodes[0].child_run
+    code, out, err = await cli("runs", "show", str(with_kid.id), dsn=cyclone_env.dsn)
+    assert code == 0 and f"child of k: {kid_id}" in out, err
+    code, out, err = await cli("runs", "show", str(kid_id), dsn=cyclone_env.dsn)
+    assert code == 0 and f"parent: {with_kid.id} node k" in out, err
 
 
 async def test_purge_and_stats(cyclone_env: CycloneEnv) -> None:

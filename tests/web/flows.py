@@ -1,6 +1,6 @@
 """Steps and workflows the dashboard's tests run: a pipeline whose middle node fails while
 ``FAILING`` is set (with a hostile error message), a wait, a step that runs until cancelled,
-a map node and a skipped branch."""
+a map node and a skipped branch, a child workflow."""
 
 from __future__ import annotations
 
@@ -57,5 +57,11 @@ n_gate = shaped.node(echo, name="gate")
 shaped.map(echo, name="each", max_parallel=2)
 shaped.node(echo, name="never", after=[n_gate.when(["no"])])
 
+# A child node, and the workflow it submits a run of.
+kid = cyclone.define("web.kid", Any)
+kid.node(echo, name="x")
+parented = cyclone.define("web.parented", Any)
+parented.child(kid, name="k")
+
 STEPS = [fetch, charge, ship, echo, forever]
-WORKFLOWS = [pipeline, approval, shaped]
+WORKFLOWS = [pipeline, approval, shaped, parented]

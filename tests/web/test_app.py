@@ -27,6 +27,7 @@ from tests.web.flows import (
     approval,
     echo,
     forever,
+    parented,
     pipeline,
     shaped,
 )
@@ -161,6 +162,21 @@ async def test_run_page_draws_a_map_as_one_box_with_its_counts(
         ("", "gate"),
         ("", "never"),
     ]
+
+
+async def test_a_child_run_and_its_parent_link_to_each_other(
+    cyclone_env: CycloneEnv, make_dash: Make
+) -> None:
+    run = await parented.submit(cyclone_env.client, {"n": 1})
+    await cyclone_env.drain(steps=STEPS, workflows=WORKFLOWS)
+    kid = (await run.info()).nodes[0].child_run
+    assert kid is not None
+    async with make_dash() as dash:
+        html = (await dash.get(f"/runs/{run.id}")).text
+        assert f'<a class="child-link" href="/runs/{kid}">' in html  # the box in the graph
+        assert f'<a class="child-run" href="/runs/{kid}"' in html  # the node's row
+        child_page = (await dash.get(f"/runs/{kid}")).text
+    assert f'<a id="parent-run" href="/runs/{run.id}">{run.id}</a>, node k' in child_page
 
 
 async def test_retry_all_goes_through_the_api(cyclone_env: CycloneEnv, make_dash: Make) -> None:
