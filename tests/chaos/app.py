@@ -1,15 +1,16 @@
 """The chaos suite's processes: ``python -m tests.chaos.app work|produce DSN ...``.
 
-``work DSN LEASE`` runs a worker for ``chaos.job``, the three-node ``chaos.flow`` and
-``chaos.map`` (a node whose output a map node runs over, then a node after it). Every
+``work DSN LEASE`` runs a worker for ``chaos.job``, the three-node ``chaos.flow``,
+``chaos.map`` (a node whose output a map node runs over, then a node after it) and
+``chaos.child`` (a node, a child node running ``chaos.kid``, a node after it). Every
 attempt first records an "attempt started" row on a separate autocommit pool (at-least-once
 evidence of execution), then writes its effect row in the completion transaction (so it
 commits with the completion, exactly once). Logs go to stderr as JSON lines, with the run, node
 and attempt, so the suite can tell whether an ERROR was about something that in fact succeeded.
 
-``produce DSN RATE job|flow|map`` enqueues at a steady rate until SIGINT/SIGTERM; each run gets
-its ledger row, with the nodes it must run, in the transaction that enqueues it, so a ledger row
-exists iff its run does.
+``produce DSN RATE job|flow|map|child`` enqueues at a steady rate until SIGINT/SIGTERM; each run
+gets its ledger row, with the nodes it must run, in the transaction that enqueues it, so a ledger
+row exists iff its run does.
 """
 
 from __future__ import annotations
@@ -114,12 +115,22 @@ mapped = cyclone.define("chaos.map", Job)
 _m = mapped.map(node_b, mapped.node(split, name="a"), name="m", max_parallel=2)
 mapped.node(node_c, name="c", after=[_m])
 
+# The child run is submitted in the transaction that completes "k"'s attempt: a kill around
+# it leaves one child or none, and a reclaimed "k" must not submit a second.
+kid = cyclone.define("chaos.kid", Job)
+kid.node(node_b, name="x")
+childed = cyclone.define("chaos.child", Job)
+_k = childed.child(kid, name="k", after=[childed.node(node_a, name="a")], max_attempts=100)
+childed.node(node_c, name="c", after=[_k])
+
 NODES = {
     "job": [""],
     "flow": ["a", "b", "c"],
     "map": ["a", *(f"m[{i}]" for i in range(MAP_ITEMS)), "c"],
+    "child": ["a", "c"],
 }
-"""The nodes each producer mode's run must run exactly once (a job's effect has no node)."""
+"""The nodes each producer mode's run must run exactly once (a job's effect has no node);
+a child run must run its own ("x"), which the harness expects of every child run."""
 
 
 async def enqueue_ledgered(client: cyclone.Client, item: Job, *, mode: str = "job") -> None:
@@ -131,6 +142,8 @@ async def enqueue_ledgered(client: cyclone.Client, item: Job, *, mode: str = "jo
             run = await flow.submit_tx(client, conn, item)
         elif mode == "map":
             run = await mapped.submit_tx(client, conn, item)
+        elif mode == "child":
+            run = await childed.submit_tx(client, conn, item)
         else:
             run = await job.enqueue_tx(client, conn, item)
         await conn.execute(
@@ -186,7 +199,7 @@ async def work(dsn: str, lease: float) -> None:
         _attempts = attempts
         client = cyclone.Client(pool)
         worker = cyclone.Worker(
-            client, steps=[job], workflows=[flow, mapped], lease=lease, backoff=_backoff
+            client, steps=[job], workflows=[flow, mapped, childed], lease=lease, backoff=_backoff
         )
         async with worker:
             print("ready", flush=True)

@@ -215,6 +215,9 @@ class Scene:
         expected = (
             "SELECT l.run_id, n.node, l.seq FROM chaos_ledger l"
             " CROSS JOIN LATERAL unnest(l.nodes) AS n(node)"
+            # Every child run of a ledger run runs its node "x" once.
+            " UNION ALL SELECT r.id, 'x', l.seq FROM chaos_ledger l"
+            " JOIN cyclone_runs r ON r.parent_run = l.run_id"
         )
         row = await pool.fetchrow(
             f"WITH e AS ({expected}),"

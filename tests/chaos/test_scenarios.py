@@ -115,13 +115,15 @@ async def test_worker_sigkill(scene: Scene, record_figures: Any) -> None:
     await run(scene, record_figures, fault, lease=KILL_LEASE, catchup_bound=KILL_CATCHUP)
 
 
-async def test_repeated_kills(scene: Scene, record_figures: Any) -> None:
-    async def fault(scene: Scene) -> None:
-        for _ in range(3):
-            await replace_a_worker(scene, KILL_LEASE)
-            await asyncio.sleep(FAULT / 3)
+async def kill_three_times(scene: Scene) -> None:
+    """The fault of the scenarios that kill repeatedly: three kills over the fault window."""
+    for _ in range(3):
+        await replace_a_worker(scene, KILL_LEASE)
+        await asyncio.sleep(FAULT / 3)
 
-    await run(scene, record_figures, fault, lease=KILL_LEASE, catchup_bound=KILL_CATCHUP)
+
+async def test_repeated_kills(scene: Scene, record_figures: Any) -> None:
+    await run(scene, record_figures, kill_three_times, lease=KILL_LEASE, catchup_bound=KILL_CATCHUP)
 
 
 async def test_dag_sigkill(scene: Scene, record_figures: Any) -> None:
@@ -137,13 +139,13 @@ async def test_map_sigkill(scene: Scene, record_figures: Any) -> None:
     """Workers SIGKILLed while "a" completes and its map node's items are written: every run
     still runs each item exactly once, and no map node has more or fewer items than its list."""
 
-    async def fault(scene: Scene) -> None:
-        for _ in range(3):
-            await replace_a_worker(scene, KILL_LEASE)
-            await asyncio.sleep(FAULT / 3)
-
     await run(
-        scene, record_figures, fault, lease=KILL_LEASE, mode="map", catchup_bound=KILL_CATCHUP
+        scene,
+        record_figures,
+        kill_three_times,
+        lease=KILL_LEASE,
+        mode="map",
+        catchup_bound=KILL_CATCHUP,
     )
     async with asyncpg.create_pool(scene.dsn, min_size=1, max_size=1) as pool:
         uneven = await pool.fetchval(
@@ -151,6 +153,26 @@ async def test_map_sigkill(scene: Scene, record_figures: Any) -> None:
             " (SELECT count(*) FROM cyclone_steps i WHERE i.run_id = m.run_id AND i.map_of = 'm')"
         )
     assert uneven == 0, "a map node whose items are not the items of its list"
+
+
+async def test_child_sigkill(scene: Scene, record_figures: Any) -> None:
+    """Workers SIGKILLed while child nodes submit their child runs: every run has exactly
+    one child run, which ran its node exactly once."""
+
+    await run(
+        scene,
+        record_figures,
+        kill_three_times,
+        lease=KILL_LEASE,
+        mode="child",
+        catchup_bound=KILL_CATCHUP,
+    )
+    async with asyncpg.create_pool(scene.dsn, min_size=1, max_size=1) as pool:
+        counts = await pool.fetch(
+            "SELECT (SELECT count(*) FROM cyclone_runs r WHERE r.parent_run = l.run_id) AS n,"
+            " count(*) AS runs FROM chaos_ledger l GROUP BY 1"
+        )
+    assert {r["n"]: r["runs"] for r in counts}.keys() == {1}, counts
 
 
 async def test_postgres_immediate_restart(
