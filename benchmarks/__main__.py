@@ -4,7 +4,7 @@ raw-SQL floors and beside PgQueuer and Procrastinate:
 
 Without ``--dsn`` (or ``CYCLONE_BENCH_DSN``) it starts a throwaway server with PostgreSQL's
 durable defaults (fsync and synchronous_commit on), so the numbers mean what they would in
-production. Scenarios: insert, enqueue, drain, stale, wake, others, workflows.
+production. Scenarios: insert, enqueue, drain, stale, wake, others, workflows, dynamic.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from urllib.parse import urlsplit
 import asyncpg
 
 import cyclone
-from benchmarks import embedded, floor, history, library, others, report
+from benchmarks import dynamic, embedded, floor, history, library, others, report
 from benchmarks.floor import Figure
 from benchmarks.jobs import truncate
 from benchmarks.report import Results
 from cyclone.testing import describe, postgres_server
 
-SCENARIOS = ("insert", "enqueue", "drain", "stale", "wake", "others", "workflows")
+SCENARIOS = ("insert", "enqueue", "drain", "stale", "wake", "others", "workflows", "dynamic")
 
 
 @dataclass(frozen=True)
@@ -198,6 +198,34 @@ class Bench:
             f"({3 * s.workflow_history:,} steps, {2 * s.workflow_history:,} edges)"
         )
         self.keep(await library.submit_rates(pool))
+
+    async def dynamic(self) -> None:
+        pool, s = self.pool, self.sizes
+        # Over the same history as the workflow figures: the map's growth and its items'
+        # completions must read steps by key.
+        await truncate(pool)
+        await history.build_history(pool, s.workflow_history, library.chain3)
+        try:
+            await self.rounds(
+                lambda: dynamic.map_drain(pool),
+                lambda: dynamic.children_drain(pool),
+                lambda: dynamic.job_drain(pool),
+            )
+            await self.settle()
+            plan = await dynamic.expansion_plan(pool)
+            await self.settle()
+            bound = await dynamic.expansion_plan(pool, items=cyclone.MAX_ITEMS)
+        finally:
+            await truncate(pool)
+        best = {name: max(self.results[name], key=lambda f: f.value) for name in dynamic.NAMES}
+        self.notes.extend(dynamic.ratio_notes(best))
+        self.notes.append(
+            f"map nodes, child nodes and their job drain: over {s.workflow_history:,} "
+            "finished chain3 runs; map_expand over 1,000 items, one statement (EXPLAIN ANALYZE):"
+        )
+        self.notes.extend(f"  {line}" for line in plan.splitlines())
+        took = [line.strip() for line in bound.splitlines() if "Execution Time" in line]
+        self.notes.append(f"map_expand over {cyclone.MAX_ITEMS:,} items (the bound): {took[0]}")
 
 
 async def settings(pool: asyncpg.Pool) -> str:

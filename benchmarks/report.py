@@ -156,7 +156,15 @@ def others(results: Results, names: Sequence[str]) -> str:
 def extras(results: Results) -> list[str]:
     """Figures without a counterpart: workflows, submit, floor-only."""
     lines = []
-    for name in ("chain3 runs", "chain3 trips", "fanout runs", "fanout trips"):
+    for name in (
+        "chain3 runs",
+        "chain3 trips",
+        "fanout runs",
+        "fanout trips",
+        "map nodes",
+        "child nodes",
+        "map's job drain",
+    ):
         if f := results.get(name):
             lines.append(f"- {name}: {_value(f)} {f[0].unit} ({f[0].detail})")
     if plain := results.get("submit"):
