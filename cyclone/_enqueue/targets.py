@@ -183,6 +183,44 @@ class DatabaseTarget:
                 observers.enqueued(plan.name, queue, 1)
         return run_id, created
 
+    async def write_children(self, plans: Sequence[SubmitPlan]) -> list[uuid.UUID]:
+        """Write child runs without map nodes, joins or branches (their parent runs locked by
+        the caller) in one statement; their ids, in plan order. One whose key was taken
+        already goes through write_run, which finds the run the key names and links it."""
+        trace = trace_text(self.settings)
+        ids = [uuid7() for _ in plans]
+        runs: tuple[list[Any], ...] = tuple([] for _ in range(9))
+        nodes: tuple[list[Any], ...] = tuple([] for _ in range(7))
+        edges: tuple[list[Any], ...] = ([], [], [])
+        for run_id, plan in zip(ids, plans, strict=True):
+            assert plan.parent is not None and plan.shape is None and not plan.root_maps
+            row = (run_id, plan.name, plan.encoded, plan.result_node, plan.key)
+            for column, value in zip(
+                runs, (*row, plan.node_count, trace, *plan.parent), strict=True
+            ):
+                column.append(value)
+            nodes[0].extend([run_id] * plan.node_count)
+            for column, values in zip(nodes[1:], plan.nodes, strict=True):
+                column.extend(values)
+            edges[0].extend([run_id] * len(plan.edges[0]))
+            edges[1].extend(plan.edges[0])
+            edges[2].extend(plan.edges[1])
+        async with self.connection(transaction=False) as conn:
+            rows = await db.child_insert_many(
+                conn, self.settings._queries, db.ChildRuns(runs, nodes, edges)
+            )
+        written = {uuid.UUID(r["value"]) for r in rows if r["what"] == "run"}
+        self.woke(sorted(r["value"] for r in rows if r["what"] == "queue"))
+        found = []
+        for run_id, plan in zip(ids, plans, strict=True):
+            if run_id not in written:
+                run_id, _ = await self.write_run(plan)
+            else:
+                for queue in plan.queues:
+                    self.settings.observers.enqueued(plan.name, queue, 1)
+            found.append(run_id)
+        return found
+
     async def _insert_run(self, plan: SubmitPlan, trace: str | None) -> tuple[uuid.UUID, bool]:
         q = self.settings._queries
         queues = set(plan.queues)

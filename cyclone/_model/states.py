@@ -128,7 +128,8 @@ _ENDED = (R.COMPLETED, R.FAILED, R.CANCELLED)
 _LIVE_TASK = (T.AVAILABLE, T.RUNNING, T.FAILED)
 _ENQUEUE = "job_insert_many job_insert_many_grouped"
 _UNIQUE = "job_insert_unique job_insert_unique_grouped"
-_SUBMIT = "workflow_insert workflow_insert_grouped workflow_insert_dynamic"
+_SUBMIT = "workflow_insert workflow_insert_grouped workflow_insert_dynamic child_insert_many"
+_SUBMITTERS = "submit, completer (child runs)"
 _FENCED = "the task is still running under the attempt's claim count"
 
 # fmt: off
@@ -138,7 +139,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     *_t(Table.RUNS, _NEW, R.PENDING, _UNIQUE, "no pending run holds the unique key",
         "enqueue(unique=...)"),
     *_t(Table.RUNS, _NEW, R.PENDING, _SUBMIT, "the submit key, if any, is free",
-        "submit, submit_once"),
+        "submit, submit_once, completer (child runs)"),
     *_t(Table.RUNS, _NEW, R.PENDING, "schedule_job_insert_many", "the slot's key is free",
         "scheduler"),
     *_t(Table.RUNS, R.PENDING, R.COMPLETED, "job_complete_many", f"{_FENCED}; run pending",
@@ -161,9 +162,9 @@ TRANSITIONS: tuple[Transition, ...] = (
         "ended before the cut-off, in the states asked; no task left but available ones; "
         "not locked by another (SKIP LOCKED)", "purge, retention"),
     # Workflow nodes.
-    *_t(Table.NODES, _NEW, N.PENDING, _SUBMIT, "the node has dependencies", "submit"),
-    *_t(Table.NODES, _NEW, N.QUEUED, _SUBMIT, "a root step (it gets its task)", "submit"),
-    *_t(Table.NODES, _NEW, N.WAITING, _SUBMIT, "a root wait node or map node", "submit"),
+    *_t(Table.NODES, _NEW, N.PENDING, _SUBMIT, "the node has dependencies", _SUBMITTERS),
+    *_t(Table.NODES, _NEW, N.QUEUED, _SUBMIT, "a root step (it gets its task)", _SUBMITTERS),
+    *_t(Table.NODES, _NEW, N.WAITING, _SUBMIT, "a root wait node or map node", _SUBMITTERS),
     *_t(Table.NODES, N.PENDING, N.QUEUED, "node_advance run_release",
         "a step with no dependency left, its join satisfied; run pending (locked)",
         "completer, signal, retry"),
@@ -225,7 +226,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     # Tasks.
     *_t(Table.TASKS, _NEW, T.AVAILABLE, f"{_ENQUEUE} {_UNIQUE} schedule_job_insert_many",
         "with its run (none when the run's insert did nothing)", "enqueue, scheduler"),
-    *_t(Table.TASKS, _NEW, T.AVAILABLE, _SUBMIT, "a root step", "submit"),
+    *_t(Table.TASKS, _NEW, T.AVAILABLE, _SUBMIT, "a root step", _SUBMITTERS),
     *_t(Table.TASKS, _NEW, T.AVAILABLE, "node_advance run_release",
         "a step released (pending to queued)", "completer, signal, retry"),
     *_t(Table.TASKS, _NEW, T.AVAILABLE, "map_expand map_settle",

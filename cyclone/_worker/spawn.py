@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from cyclone._enqueue.insert import target_for
+from cyclone._enqueue.targets import DatabaseTarget
 from cyclone._enqueue.wakeups import TrackedConnection
 from cyclone._model import codec
 from cyclone._model.nodes import ChildStep
@@ -17,7 +19,9 @@ from cyclone._storage import queries as db
 from cyclone._worker.outcomes import Completed
 
 if TYPE_CHECKING:
+    from cyclone._model.plans import SubmitPlan
     from cyclone._model.steps import Step
+    from cyclone._model.workflows import Workflow
     from cyclone._worker.ports import WorkerClient
 
 
@@ -26,7 +30,11 @@ class ChildSpawner:
 
     def __init__(self, client: WorkerClient, steps: Mapping[str, Step[Any, Any]]) -> None:
         self._client = client
-        self._children = {n: s.workflow for n, s in steps.items() if isinstance(s, ChildStep)}
+        self._children = {
+            name: cast("Workflow[Any]", step.workflow)
+            for name, step in steps.items()
+            if isinstance(step, ChildStep)
+        }
 
     def __bool__(self) -> bool:
         return bool(self._children)
@@ -35,9 +43,12 @@ class ChildSpawner:
         self, conn: db.Conn, outcomes: Sequence[Completed]
     ) -> tuple[Effects, list[uuid.UUID]]:
         """Submit each outcome's child run, linked to its node (the parent runs locked by
-        the caller); the queues to wake once the transaction commits, and the runs."""
+        the caller): those without map nodes, joins or branches in one statement, the
+        others one by one; the queues to wake once the transaction commits, and the runs."""
         wakeups = Wakeups()
         tracked = TrackedConnection(conn, wakeups)
+        target = target_for(self._client, tracked)
+        plain: list[SubmitPlan] = []
         runs = []
         for o in outcomes:
             claimed = o.claimed
@@ -49,8 +60,12 @@ class ChildSpawner:
             # retry of the run, gets a new task.
             key = f"{claimed.run_id}:{claimed.node}:{claimed.id}"
             parent = (claimed.run_id, claimed.node)
-            run, _ = await self._client._inserter.submit(
-                tracked, workflow, key, value, {}, parent=parent
-            )
-            runs.append(run.id)
+            plan = workflow.plan(self._client.payload_limit, key, value, {}, parent)
+            if plan.shape is None and not plan.root_maps and isinstance(target, DatabaseTarget):
+                plain.append(plan)
+            else:
+                runs.append((await target.write_run(plan))[0])
+        if plain:
+            assert isinstance(target, DatabaseTarget)
+            runs.extend(await target.write_children(plain))
         return Effects(queues=wakeups.take()), runs

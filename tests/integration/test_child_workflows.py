@@ -158,3 +158,19 @@ def test_a_child_is_checked_when_defined() -> None:
     empty = cyclone.define("kid.empty", int)
     with pytest.raises(cyclone.InvalidInputError, match="has no step nodes yet"):
         wf.child(empty, input=lambda s, _: 1)
+
+
+async def test_a_child_key_taken_already_links_the_run_it_names(cyclone_env: CycloneEnv) -> None:
+    """As a repeated write of the same attempt would find: the child of that key is linked,
+    and no second one is written."""
+    run = await parent.submit(cyclone_env.client, 4)
+    task = await cyclone_env.pool.fetchval(
+        "SELECT id FROM public.cyclone_tasks WHERE run_id = $1 AND node = 'first'", run.id
+    )
+    taken, _ = await child.submit_once(cyclone_env.client, f"{run.id}:first:{task}", 4)
+    async with fast_worker(cyclone_env.client, workflows=[parent]):
+        assert await run.result(timeout=30) == 90
+    node = {n.name: n for n in (await run.info()).nodes}["first"]
+    assert node.child_run == taken.id
+    assert (await taken.info()).parent_node == "first"
+    assert await count_rows(cyclone_env, "cyclone_runs", "parent_node = 'first'") == 1

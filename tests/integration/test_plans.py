@@ -286,6 +286,7 @@ async def test_workflow_plans_read_steps_and_edges_by_key_with_stale_statistics(
     run_ids, ids, n = [r["run_id"] for r in rows], [r["id"] for r in rows], len(rows)
     claims, nodes = [r["claims"] for r in rows], [r["node"] for r in rows]
     error = '{"attempt": 1}'
+    kid = uuid.uuid4()  # a child run of the first, as child_insert_many writes one
     statements: Statements = [
         ("task_claim", ("plans", ["plan.noop"], 16, 30.0, "w", ["plan.flow"])),
         ("task_claim_plain", ("plans", ["plan.noop"], 16, 30.0, "w", ["plan.flow"])),
@@ -294,6 +295,16 @@ async def test_workflow_plans_read_steps_and_edges_by_key_with_stale_statistics(
         ("map_expand", (run_ids, nodes, None)),
         ("map_settle", (run_ids, nodes)),
         ("child_settle", (run_ids,)),
+        (
+            "child_insert_many",
+            (
+                *([[v] for v in (kid, "plan.flow", "1", None, "k", 1, None, run_ids[0], "b")]),
+                *([[v] for v in (kid, "a", "plan.noop", "plans", 1, 0, None)]),
+                [],
+                [],
+                [],
+            ),
+        ),
         ("run_children", (run_ids,)),
         ("attempts_completed", (run_ids, nodes, ids, claims)),
         ("attempts_failed", (run_ids, nodes, [error] * n)),

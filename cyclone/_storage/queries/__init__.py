@@ -13,6 +13,8 @@ caller's business; nothing here begins or commits. Callers use the package as on
 from __future__ import annotations
 
 from cyclone._storage.queries.children import (
+    ChildRuns,
+    child_insert_many,
     child_link,
     child_settle,
     run_children,
@@ -128,6 +130,7 @@ __all__ = [
     "CLAIM_MAX",
     "DATABASE_ERRORS",
     "RETRYABLE_ERRORS",
+    "ChildRuns",
     "ClaimRequest",
     "ClaimedRows",
     "Completions",
@@ -142,6 +145,7 @@ __all__ = [
     "attempts_completed",
     "attempts_failed",
     "attempts_released",
+    "child_insert_many",
     "child_link",
     "child_settle",
     "job_complete_many",

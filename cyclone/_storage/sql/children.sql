@@ -79,3 +79,63 @@ CROSS JOIN LATERAL (
     WHERE r.parent_run = p.id AND r.state = 'pending'
     OFFSET 0
 ) c;
+
+-- name: child_insert_many(ids, names, inputs, result_nodes, keys, node_counts, traces,
+--     parent_runs, parent_nodes, node_runs, node_names, node_kinds, node_queues,
+--     node_max_attempts, node_deps, node_wait_timeouts, edge_runs, edge_parents,
+--     edge_children)
+-- The child runs of the child nodes whose attempts one batch completes (their parent runs
+-- locked by the caller), in one statement: each as workflow_insert writes a run (one element
+-- of the run arrays per run; the node_runs and edge_runs arrays say whose nodes and edges the
+-- others are), linked to its parent node on both sides. Plain children only: the caller
+-- submits one with map nodes, joins or branches by itself. A key already taken inserts
+-- nothing for that run. Returns the runs written and the queues of their root tasks.
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, result_node, key, nodes, remaining, priority, trace,
+         parent_run, parent_node)
+    SELECT c.id, c.name, false, c.input::jsonb, c.result_node, c.key, c.nodes, c.nodes, 0,
+           c.trace::jsonb, c.parent_run, c.parent_node
+    FROM unnest(:ids::uuid[], :names::text[], :inputs::text[], :result_nodes::text[],
+                :keys::text[], :node_counts::int[], :traces::text[], :parent_runs::uuid[],
+                :parent_nodes::text[])
+        AS c (id, name, input, result_node, key, nodes, trace, parent_run, parent_node)
+    /* fragment: submit_key_taken */
+    RETURNING r.id, r.parent_run, r.parent_node
+), node AS (
+    SELECT n.* FROM unnest(:node_runs::uuid[], :node_names::text[], :node_kinds::text[],
+                           :node_queues::text[], :node_max_attempts::int[], :node_deps::int[],
+                           :node_wait_timeouts::float8[])
+        AS n (run_id, node, kind, queue, max_attempts, deps, wait_timeout)
+    JOIN run ON run.id = n.run_id
+), steps AS (
+    INSERT INTO __schema__.cyclone_steps
+        (run_id, node, kind, queue, priority, max_attempts, state, pending_deps,
+         wait_timeout, wait_until)
+    SELECT n.run_id, n.node, n.kind, n.queue, 0, n.max_attempts,
+           CASE WHEN n.deps > 0 THEN 'pending'
+                WHEN n.kind IS NULL THEN 'waiting' ELSE 'queued' END,
+           n.deps, n.wait_timeout,
+           CASE WHEN n.deps = 0 AND n.kind IS NULL
+                THEN __now__ + make_interval(secs => n.wait_timeout) END
+    FROM node n
+), edges AS (
+    INSERT INTO __schema__.cyclone_edges (run_id, parent, child)
+    SELECT e.run_id, e.parent, e.child
+    FROM unnest(:edge_runs::uuid[], :edge_parents::text[], :edge_children::text[])
+        AS e (run_id, parent, child)
+    JOIN run ON run.id = e.run_id
+), tasks AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, available_at, max_attempts)
+    SELECT n.run_id, n.node, n.kind, n.queue, 0, __now__, n.max_attempts
+    FROM node n
+    WHERE n.deps = 0 AND n.kind IS NOT NULL
+), linked AS (
+    UPDATE __schema__.cyclone_steps s SET child_run = run.id
+    FROM run
+    WHERE s.run_id = run.parent_run AND s.node = run.parent_node
+)
+SELECT 'run' AS what, id::text AS value FROM run
+UNION ALL
+SELECT DISTINCT 'queue', queue FROM node WHERE deps = 0 AND kind IS NOT NULL;
