@@ -28,7 +28,6 @@ from typing import Any
 import asyncpg
 
 from cyclone._model.errors import InvalidStateError, SchemaNotMigratedError
-from cyclone._model.nodes import ChildStep
 from cyclone._services import transitions
 from cyclone._services.database import Database, Held
 from cyclone._services.publisher import Publisher
@@ -261,13 +260,10 @@ class Completer:
         accepted = {(r["id"], r["claims"]) for r in rows}
         spawned: Effects | None = None
         children: list[uuid.UUID] = []
-        if any(r["child"] for r in rows):  # child nodes: their child runs, in this transaction
+        if waiting := {(r["id"], r["claims"]) for r in rows if r["child"]}:
+            # Child nodes: their child runs, in this transaction.
             assert self._spawn is not None, "a child node completed by a worker without spawn"
-            nodes = [
-                o
-                for o in outcomes
-                if o.claimed.key in accepted and o.claimed.kind.startswith(ChildStep.PREFIX)
-            ]
+            nodes = [o for o in outcomes if o.claimed.key in waiting]
             spawned, children = await self._spawn(conn, nodes)
         effects = await transitions.advance_completed(conn, self._q, rows, children)
         if spawned is not None:
