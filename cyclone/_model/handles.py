@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, overload
 
@@ -54,6 +55,17 @@ class NodeInfo:
     map_of: str | None = None
     item: int | None = None
     child_run: uuid.UUID | None = None
+
+
+def items_done(nodes: Sequence[NodeInfo]) -> dict[str, tuple[int, int]]:
+    """Each map node's items: how many are done (completed or failed) of how many, by the
+    map node's name."""
+    counts: dict[str, tuple[int, int]] = {}
+    for n in nodes:
+        if n.map_of is not None:
+            done, total = counts.get(n.map_of, (0, 0))
+            counts[n.map_of] = (done + (n.state in ("completed", "failed")), total + 1)
+    return counts
 
 
 @dataclass(frozen=True, slots=True)

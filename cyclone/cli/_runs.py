@@ -13,7 +13,7 @@ from rich.progress import Progress
 from rich.table import Column, Table
 
 from cyclone._client import Client
-from cyclone._model.handles import RunInfo, RunQuery, RunState
+from cyclone._model.handles import RunInfo, RunQuery, RunState, items_done
 from cyclone._services.runs import PURGE_BATCH
 from cyclone.cli._common import (
     Failure,
@@ -139,12 +139,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         if n.child_run is not None:
             console.print(f"child of {n.name}: {n.child_run}", markup=False, highlight=False)
     states = {n.name: n.state for n in info.nodes}
-    items: dict[str, tuple[int, int]] = {}
-    for n in info.nodes:  # a map node's line says how many of its items are done
-        if n.map_of is not None:
-            done, total = items.get(n.map_of, (0, 0))
-            items[n.map_of] = (done + (n.state in ("completed", "failed")), total + 1)
-    for name, (done, total) in items.items():
+    for name, (done, total) in items_done(info.nodes).items():  # a map node's line
         states[name] += f", {done}/{total} items"
     for depth, names in enumerate(_levels(info)):
         arrow = "  " * depth + ("└─ " if depth else "")

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cyclone._model.handles import NodeInfo, Throughput
+from cyclone._model.handles import NodeInfo, Throughput, items_done
 
 NODE_W, NODE_H = 150, 34
 LABEL_CHARS = 19  # what a box's width holds
@@ -94,12 +94,7 @@ def dag(nodes: Sequence[NodeInfo], edges: Sequence[tuple[str, str]]) -> Dag:
     items are drawn as one box, the map node's, with the count of those done."""
     states = {n.name: n.state for n in nodes if n.map_of is None}
     children = {n.name: n.child_run for n in nodes if n.child_run is not None}
-    items: dict[str, list[int]] = {}
-    for n in nodes:
-        if n.map_of is not None:
-            tally = items.setdefault(n.map_of, [0, 0])
-            tally[0] += n.state in ("completed", "failed")
-            tally[1] += 1
+    items = items_done(nodes)
     grouped = layers(list(states), edges)
     tallest = max((len(layer) for layer in grouped), default=0)
     height = 2 * MARGIN + tallest * NODE_H + max(tallest - 1, 0) * GAP_Y
@@ -111,9 +106,7 @@ def dag(nodes: Sequence[NodeInfo], edges: Sequence[tuple[str, str]]) -> Dag:
         for row, name in enumerate(layer):
             x, y = MARGIN + col * (NODE_W + GAP_X), top + row * (NODE_H + GAP_Y)
             at[name] = (x, y)
-            done = items.get(name)
-            counts = None if done is None else (done[0], done[1])
-            kid_run = children.get(name)
+            counts, kid_run = items.get(name), children.get(name)
             boxes.append(
                 Box(name=name, state=states[name], x=x, y=y, items=counts, child_run=kid_run)
             )
