@@ -1,7 +1,7 @@
-"""Workflows shaped at run time: a map node over 1,000 items, and workflows of 20 child nodes,
-each beside the job drain of the same run, all through one worker embedded in the benchmark's
-process at queue concurrency 16, and the plan of the one statement that grows the 1,000 item
-nodes.
+"""Workflows shaped at run time: a map node over 1,000 items, and workflows whose node has 20
+child workflows (a map over a workflow), each beside the job drain of the same run, all
+through one worker embedded in the benchmark's process at queue concurrency 16, and the plan
+of the one statement that grows the 1,000 item nodes.
 
 The map runs over the output of the node before it, so its items are grown in that node's
 completion transaction, as in an application. The caller provides the history of finished
@@ -31,13 +31,12 @@ async def count_up(ctx: cyclone.Context, n: int) -> list[int]:
 mapped = cyclone.define("bench.map", int)
 mapped.map(noop, mapped.node(count_up, name="count"), name="items", max_items=100_000)
 
-# A workflow of 20 child nodes, each submitting a run of a one-node workflow.
+# A workflow whose one node has 20 child workflows: a map over a one-node workflow.
 CHILDREN = 20
-kid = cyclone.define("bench.kid", int)
-kid.node(noop, name="x")
-parent = cyclone.define("bench.children", int)
-for i in range(CHILDREN):
-    parent.child(kid, name=f"k{i}")
+kid = cyclone.define_result("bench.kid", int, type(None))
+kid.set_result(kid.node(noop, name="x"))
+parent = cyclone.define("bench.children", list[int])
+parent.map(kid, name="kids")
 
 # The same map behind a wait node, so that a test of the plan can reach the map node when it
 # chooses (the signal) and watch the expansion alone.
@@ -72,15 +71,16 @@ async def map_drain(pool: asyncpg.Pool, items: int = 1_000) -> Figure:
 
 
 async def children_drain(pool: asyncpg.Pool, runs: int = 25) -> Figure:
-    """``runs`` runs of a workflow of 20 child nodes submitted in one transaction to a running
-    embedded worker; nodes/s (each child node and its child's node) from the first submit to
-    the last run's end."""
+    """``runs`` runs of a workflow whose node has 20 child workflows, submitted in one
+    transaction to a running embedded worker; nodes/s (each item node and its child's node)
+    from the first submit to the last run's end."""
     client = cyclone.Client(pool)
     async with _worker(client, parent):
         start = time.perf_counter()
         # One transaction, as the jobs beside it are one enqueue_many: one commit.
         async with pool.acquire() as raw, client.transaction(raw) as tx:
-            submitted = [await parent.submit_tx(client, tx, i) for i in range(runs)]
+            items = list(range(CHILDREN))
+            submitted = [await parent.submit_tx(client, tx, items) for _ in range(runs)]
         for run in submitted:
             if await run.wait(timeout=600) is not cyclone.RunState.COMPLETED:
                 raise RuntimeError(f"benchmark run {run.id} did not complete")
@@ -90,9 +90,8 @@ async def children_drain(pool: asyncpg.Pool, runs: int = 25) -> Figure:
         "child nodes",
         nodes / elapsed,
         "nodes/s",
-        f"{runs} runs of {CHILDREN} child nodes in one transaction, {nodes:,} nodes with the "
-        "children's, "
-        f"embedded worker, c={CONCURRENCY}",
+        f"{runs} runs of a node with {CHILDREN} children in one transaction, {nodes:,} nodes "
+        f"with the children's, embedded worker, c={CONCURRENCY}",
     )
 
 

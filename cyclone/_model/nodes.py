@@ -23,7 +23,7 @@ from cyclone._model.errors import InvalidInputError, UnknownNodeError
 from cyclone._model.keys import validate_name
 from cyclone._model.options import validate_int
 from cyclone._model.settled import Settled
-from cyclone._model.steps import Kind, Step
+from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, Kind, Step
 
 
 class Definition(Protocol):
@@ -188,7 +188,7 @@ class MapSettings:
 
 def map_node(
     where: tuple[str, Mapping[str, Node[Any]], Any],
-    step: Kind[Any, Any],
+    step: Kind[Any, Any] | Definition,
     over: Node[Any] | None,
     name: str | None,
     after: Sequence[Node[Any] | Branch | str],
@@ -196,12 +196,21 @@ def map_node(
     settings: MapSettings,
 ) -> Node[Any]:
     """The map node running ``step`` once per item of ``over``'s output (or, without
-    ``over``, of the workflow input), checked. ``where`` is the workflow's name, its nodes
-    so far and its input type."""
+    ``over``, of the workflow input), checked; a workflow as ``step`` makes each item a
+    child run of it. ``where`` is the workflow's name, its nodes so far and its input
+    type."""
     workflow, nodes, source = where
+    child = None
     if not isinstance(step, Kind):
-        raise InvalidInputError(f"{step!r} is not a step or kind")
-    name = name or step.name
+        child = _child_workflow(step, workflow, "wf.map(...) takes a step, a kind or")
+        if not hasattr(child, "output_type"):
+            raise InvalidInputError(
+                f"wf.map(...) over workflow {child.name!r} collects its runs' results, and "
+                "it has none: define it with cyclone.define_result(...)"
+            )
+        step = ChildStep.of(child)
+    name = name or (step.name if child is None else child.name)
+    runs = f"step {step.name!r}" if child is None else f"workflow {child.name!r}"
     if over is None:
         what = f"the workflow input of {workflow!r}"
     elif isinstance(over, Node):
@@ -214,7 +223,7 @@ def map_node(
     element = _element_type(source)
     if element is None or not accepts(step.input_type, element):
         raise InvalidInputError(
-            f"map node {name!r} runs {step.name!r} once per item of {what}, which is "
+            f"map node {name!r} runs {runs} once per item of {what}, which is "
             f"{codec.type_name(source)}: it must be a list of "
             f"{codec.type_name(step.input_type)}"
         )
@@ -239,7 +248,10 @@ def map_node(
         "settle": settle,
         "max_items": max_items,
     }
-    item_type = typing.cast(Any, Settled)[step.output_type] if settle else step.output_type
+    out = step.output_type if child is None else typing.cast(Any, child).output_type
+    if child is not None:  # each item a child run, with a child node's attempt budget
+        spec["child"] = {"workflow": child.name, "max_attempts": DEFAULT_MAX_ATTEMPTS}
+    item_type = typing.cast(Any, Settled)[out] if settle else out
     output_type = types.GenericAlias(list, (item_type,))
     return Node(name, step, deps, None, output_type=output_type, spec=spec, conds=conds)
 
@@ -346,13 +358,7 @@ def child_node(
     """The child node submitting a run of ``workflow``, checked. ``where`` is the parent
     workflow's name, its nodes so far and its input type."""
     parent, nodes, input_type = where
-    if not hasattr(workflow, "plan") or not hasattr(workflow, "input_type"):
-        raise InvalidInputError(
-            f"child= takes a workflow from cyclone.define(...) or cyclone.define_result(...), "
-            f"not {workflow!r}"
-        )
-    if workflow.name == parent:
-        raise InvalidInputError(f"workflow {parent!r} cannot be a child of itself")
+    workflow = _child_workflow(workflow, parent, "wf.child(...) takes")
     name = name or workflow.name
     check_input(f"child workflow {workflow.name!r}", workflow.input_type, input_type, input_fn)
     budget = validate_int(max_attempts, what="max_attempts", low=1)
@@ -362,3 +368,15 @@ def child_node(
     output_type = getattr(workflow, "output_type", type(None))
     step = ChildStep.of(workflow)
     return Node(name, step, deps, input_fn, output_type=output_type, spec=spec, conds=conds)
+
+
+def _child_workflow(workflow: object, parent: str, takes: str) -> Definition:
+    """``workflow`` as the workflow of a child or map node of ``parent``, checked."""
+    if not hasattr(workflow, "plan") or not hasattr(workflow, "input_type"):
+        raise InvalidInputError(
+            f"{takes} a workflow from cyclone.define(...) or cyclone.define_result(...), "
+            f"not {workflow!r}"
+        )
+    if typing.cast(Definition, workflow).name == parent:
+        raise InvalidInputError(f"workflow {parent!r} cannot be a child of itself")
+    return typing.cast(Definition, workflow)

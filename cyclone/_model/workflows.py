@@ -142,7 +142,7 @@ class Workflow(Generic[In]):
     @overload
     def map(
         self: Workflow[list[StepIn]],
-        step: Kind[StepIn, StepOut],
+        step: Kind[StepIn, StepOut] | Resulting[StepIn, StepOut],
         *,
         name: str | None = ...,
         after: Sequence[Node[Any] | Branch | str] = ...,
@@ -154,7 +154,7 @@ class Workflow(Generic[In]):
     @overload
     def map(
         self: Workflow[list[StepIn]],
-        step: Kind[StepIn, StepOut],
+        step: Kind[StepIn, StepOut] | Resulting[StepIn, StepOut],
         *,
         name: str | None = ...,
         after: Sequence[Node[Any] | Branch | str] = ...,
@@ -166,7 +166,7 @@ class Workflow(Generic[In]):
     @overload
     def map(
         self,
-        step: Kind[StepIn, StepOut],
+        step: Kind[StepIn, StepOut] | Resulting[StepIn, StepOut],
         over: Node[Sequence[StepIn]],
         *,
         name: str | None = ...,
@@ -179,7 +179,7 @@ class Workflow(Generic[In]):
     @overload
     def map(
         self,
-        step: Kind[StepIn, StepOut],
+        step: Kind[StepIn, StepOut] | Resulting[StepIn, StepOut],
         over: Node[Sequence[StepIn]],
         *,
         name: str | None = ...,
@@ -191,7 +191,7 @@ class Workflow(Generic[In]):
     ) -> Node[list[Settled[StepOut]]]: ...
     def map(
         self,
-        step: Kind[Any, Any],
+        step: Kind[Any, Any] | Resulting[Any, Any],
         over: Node[Any] | None = None,
         *,
         name: str | None = None,
@@ -212,10 +212,15 @@ class Workflow(Generic[In]):
         An item that fails its last attempt fails the run, unless ``settle=True``: then
         every item runs to its end and the output is a list of :class:`Settled`, each
         item's value or error. A list longer than ``max_items`` fails the map node.
+
+        With a result workflow as ``step``, each item is a child run of it (as for
+        :meth:`child`, with 10 attempts per item) and the output is the list of their
+        results.
         """
         settings = MapSettings(max_parallel, settle, max_items)
         where = (self.name, self._nodes, self.input_type)
-        return self._add(map_node(where, step, over, name, after, join, settings))
+        kind = cast("Kind[Any, Any] | Definition", step)
+        return self._add(map_node(where, kind, over, name, after, join, settings))
 
     @overload
     def child(

@@ -193,16 +193,19 @@ async def end_children(
 
 async def _settle_parents(conn: db.Conn, q: Queries, run_ids: Sequence[uuid.UUID]) -> Effects:
     effects = Effects()
-    completed = _Done()
+    completed, items = _Done(), _Done()
     for row in await db.child_settle(conn, q, run_ids):
         what = row["what"]
-        if what == "completed":
-            completed.add(row["run_id"], row["node"], skipped=False)
-        elif what == "queue":  # a new attempt, which submits a new child
+        if what == "queue":  # a new attempt, which submits a new child
             effects.queues.add(row["value"])
+        elif what == "completed" or row["settles"]:  # an item of a settling map settles
+            done = completed if row["map_of"] is None else items
+            done.add(row["run_id"], row["node"], skipped=False)
         else:  # out of attempts: the parent run fails with the child's end as its error
             await db.run_fail(conn, q, row["run_id"], row["value"], drop_running=False)
             effects.merge(Effects.ending(row["run_id"]))
+    if items.run_ids:
+        effects.merge(await settle_items(conn, q, items.run_ids, items.nodes))
     return effects.merged(await advance(conn, q, completed.run_ids, completed.nodes))
 
 

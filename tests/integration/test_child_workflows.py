@@ -13,12 +13,15 @@ from tests.conftest import Probe, count_rows, fast_worker
 
 probe = Probe()
 FAILS: dict[str, int] = {}  # input: how many attempts of kid.work fail before one succeeds
+HOLDERS = 1  # how many kid.hold calls set probe.started
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
+    global HOLDERS
     probe.reset()
     FAILS.clear()
+    HOLDERS = 1
 
 
 @cyclone.step("kid.work", max_attempts=1)
@@ -32,7 +35,9 @@ async def work(ctx: cyclone.Context, n: int) -> int:
 
 @cyclone.step("kid.hold")
 async def hold(ctx: cyclone.Context, n: int) -> int:
-    probe.started.set()
+    probe.calls.append(n)
+    if len(probe.calls) >= HOLDERS:
+        probe.started.set()
     await probe.stopped.wait()
     return n
 
@@ -174,3 +179,83 @@ async def test_a_child_key_taken_already_links_the_run_it_names(cyclone_env: Cyc
     assert node.child_run == taken.id
     assert (await taken.info()).parent_node == "first"
     assert await count_rows(cyclone_env, "cyclone_runs", "parent_node = 'first'") == 1
+
+
+each = cyclone.define_result("kid.each", list[int], list[int])
+each.set_result(each.map(child, max_parallel=2))
+settling = cyclone.define_result("kid.settling", list[int], list[cyclone.Settled[int]])
+settling.set_result(settling.map(child, settle=True))
+held_each = cyclone.define_result("kid.held_each", list[int], list[int])
+held_result = cyclone.define_result("kid.held_result", int, int)
+held_result.set_result(held_result.node(hold))
+held_each.set_result(held_each.map(held_result))
+
+
+async def test_a_map_over_a_workflow_runs_a_child_per_item(cyclone_env: CycloneEnv) -> None:
+    run = await each.submit(cyclone_env.client, [1, 2, 3, 4, 5])
+    async with fast_worker(cyclone_env.client, workflows=[each]):
+        assert await run.result(timeout=30) == [10, 20, 30, 40, 50]
+    items = {n.name: n for n in (await run.info()).nodes if n.map_of == "kid.child"}
+    kids = await cyclone_env.pool.fetch(
+        "SELECT id, parent_node, input FROM public.cyclone_runs WHERE parent_run = $1"
+        " ORDER BY parent_node",
+        run.id,
+    )
+    # One child per item, its input the item, linked both ways.
+    assert [(k["parent_node"], k["input"]) for k in kids] == [
+        (f"kid.child[{i}]", str(i + 1)) for i in range(5)
+    ]
+    assert {k["id"] for k in kids} == {n.child_run for n in items.values()}
+    assert probe.calls and len(probe.calls) == 5
+
+
+async def test_a_failed_item_child_is_retried_with_a_new_child(cyclone_env: CycloneEnv) -> None:
+    FAILS["2"] = 1
+    run = await each.submit(cyclone_env.client, [1, 2, 3])
+    async with fast_worker(cyclone_env.client, workflows=[each]):
+        assert await run.result(timeout=30) == [10, 20, 30]
+    kids = await cyclone_env.pool.fetch(
+        "SELECT state FROM public.cyclone_runs WHERE parent_run = $1"
+        " AND parent_node = 'kid.child[1]' ORDER BY id",
+        run.id,
+    )
+    assert [k["state"] for k in kids] == ["failed", "completed"]
+
+
+async def test_an_item_out_of_attempts_fails_the_run_or_settles(cyclone_env: CycloneEnv) -> None:
+    FAILS["2"] = 100  # every child of item 1 fails: the item's 10 attempts run out
+    failing = await each.submit(cyclone_env.client, [1, 2, 3])
+    settled = await settling.submit(cyclone_env.client, [1, 2, 3])
+    async with fast_worker(cyclone_env.client, workflows=[each, settling]):
+        with pytest.raises(cyclone.RunFailedError, match="ChildRunFailed"):
+            await failing.result(timeout=60)
+        [one, two, three] = await settled.result(timeout=60)
+    assert (one.value, three.value) == (10, 30) and one.ok and three.ok
+    assert not two.ok and two.error is not None and two.error["type"] == "ChildRunFailed"
+    assert await count_rows(cyclone_env, "cyclone_runs", f"parent_run = '{settled.id}'") == 12
+
+
+async def test_cancelling_a_map_cancels_its_item_children(cyclone_env: CycloneEnv) -> None:
+    global HOLDERS
+    HOLDERS = 2  # both items' children are running when the run is cancelled
+    run = await held_each.submit(cyclone_env.client, [1, 2])
+    async with fast_worker(cyclone_env.client, workflows=[held_each]):
+        await asyncio.wait_for(probe.started.wait(), 30)
+        assert await run.cancel()
+        kids = await cyclone_env.pool.fetch(
+            "SELECT id FROM public.cyclone_runs WHERE parent_run = $1", run.id
+        )
+        assert len(kids) == 2
+        for kid in kids:
+            state = await cyclone.Run(cyclone_env.client, kid["id"]).wait(timeout=30)
+            assert state is cyclone.RunState.CANCELLED
+
+
+def test_a_map_over_a_workflow_is_checked_when_defined() -> None:
+    wf = cyclone.define("kid.bad_map", list[str])
+    with pytest.raises(cyclone.InvalidInputError, match="must be a list of int"):
+        wf.map(child)
+    with pytest.raises(cyclone.InvalidInputError, match="define it with cyclone"):
+        wf.map(held)
+    with pytest.raises(cyclone.InvalidInputError, match="takes a step, a kind or a workflow"):
+        wf.map(object())  # type: ignore[call-overload]

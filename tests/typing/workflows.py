@@ -174,3 +174,17 @@ def wrong_children() -> None:
     parent_flow.child(plain_child)  # type: ignore[arg-type]
     parent_flow.set_result(plain_done)  # type: ignore[arg-type]
     sized.child(child_flow, input=to_warehouse)  # type: ignore[arg-type]
+
+
+# A map over a child workflow: its output is the list of the child runs' results.
+charged_each = cyclone.define("charged_each", list[Order])
+charged_all = charged_each.map(child_flow, max_parallel=5)
+
+
+def mapped_children() -> None:
+    assert_type(charged_all, cyclone.Node[list[int]])
+    assert_type(
+        charged_each.map(child_flow, name="s", settle=True),
+        cyclone.Node[list[cyclone.Settled[int]]],
+    )
+    shaped.map(child_flow, listed)  # type: ignore[misc]

@@ -20,8 +20,10 @@ WHERE s.run_id = :parent_run AND s.node = :parent_node;
 -- node waiting on each completes with the child's result (its result node's output, null
 -- without one), or takes the child's end as a failed attempt: queued for a new attempt (and
 -- a new child) while it has attempts left and its run is open, else failed. Returns what
--- each parent node became: 'completed' (the caller advances past it), 'queue' (its queue),
--- or 'failed' with the error (the caller fails the parent run).
+-- each parent node became: 'completed' (the caller advances past it, or settles it on its
+-- map node), 'queue' (its queue), or 'failed' with the error (the caller fails the parent
+-- run, or settles the item of a map that settles all its items), with the node's map node
+-- and whether that map settles.
 WITH ended AS (
     SELECT r.id, r.name, r.state, r.parent_run, r.parent_node, r.error,
            /* fragment: run_output */ AS output,
@@ -56,19 +58,21 @@ WITH ended AS (
     WHERE s.run_id = e.parent_run AND s.node = e.parent_node
       AND s.state = 'waiting' AND s.child_run = e.id
     RETURNING s.run_id, s.node, s.kind, s.queue, s.priority, s.max_attempts, s.attempts,
-              s.errors, s.state
+              s.errors, s.state, s.map_of, s.input
 ), requeued AS (
     INSERT INTO __schema__.cyclone_tasks
-        (run_id, node, kind, queue, priority, max_attempts, attempt, errors, group_key)
+        (run_id, node, kind, queue, priority, max_attempts, attempt, errors, input, group_key)
     SELECT s.run_id, s.node, s.kind, s.queue, s.priority, s.max_attempts, s.attempts, s.errors,
-           coalesce((SELECT r.group_key FROM __schema__.cyclone_runs r WHERE r.id = s.run_id),
+           s.input, coalesce((SELECT r.group_key FROM __schema__.cyclone_runs r WHERE r.id = s.run_id),
                     '')
     FROM settled s WHERE s.state = 'queued'
 )
 SELECT CASE WHEN state = 'queued' THEN 'queue' ELSE state END AS what,
        CASE WHEN state = 'queued' THEN queue WHEN state = 'failed' THEN (errors->-1)::text END
            AS value,
-       run_id, node
+       run_id, node, map_of,
+       coalesce((SELECT (m.spec->'map'->>'settle')::bool FROM __schema__.cyclone_steps m
+                 WHERE m.run_id = settled.run_id AND m.node = settled.map_of), false) AS settles
 FROM settled;
 
 -- name: run_children(run_ids)

@@ -130,7 +130,8 @@ FROM counted WHERE state <> 'pending';
 -- Expand reached map nodes (waiting, not expanded yet; runs locked by the caller), all in
 -- this one statement: an item node per element of the list (the run input, or the output of
 -- the node named by the spec's "over"), the first max_parallel of them queued with tasks, the
--- rest pending with one dependency (map_settle releases them in item order). An empty list
+-- rest pending with one dependency (map_settle releases them in item order); the items of a
+-- map over a child workflow are child nodes (their spec's "child"). An empty list
 -- completes its map node at once; a list longer than max_items, or a value that is not a
 -- list, fails it. Returns the queues that got work and the map nodes that completed (the
 -- caller advances past them) or failed (the caller fails their runs).
@@ -162,10 +163,11 @@ WITH ready AS MATERIALIZED (  -- each map node and its run's facts, read once
 ), items AS (
     INSERT INTO __schema__.cyclone_steps
         (run_id, node, kind, queue, priority, max_attempts, state, pending_deps, map_of, item,
-         input)
+         input, spec)
     SELECT z.run_id, z.node || '[' || (e.i - 1) || ']', z.kind, z.queue, z.priority,
            z.max_attempts, CASE WHEN e.i <= z.width AND z.open THEN 'queued' ELSE 'pending' END,
-           CASE WHEN e.i <= z.width THEN 0 ELSE 1 END, z.node, e.i - 1, e.value
+           CASE WHEN e.i <= z.width THEN 0 ELSE 1 END, z.node, e.i - 1, e.value,
+           CASE WHEN z.spec ? 'child' THEN jsonb_build_object('child', z.spec->'child') END
     FROM sized z CROSS JOIN LATERAL jsonb_array_elements(z.list) WITH ORDINALITY AS e (value, i)
     WHERE z.n <= z.bound
     RETURNING run_id, node, kind, queue, priority, max_attempts, state, input, map_of
