@@ -13,7 +13,7 @@ import collections.abc
 import types
 import typing
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -256,7 +256,7 @@ def map_node(
     return Node(name, step, deps, None, output_type=output_type, spec=spec, conds=conds)
 
 
-def check_items(workflow: str, nodes: Sequence[Node[Any]], input: object) -> None:
+def check_items(workflow: str, nodes: Iterable[Node[Any]], input: object) -> None:
     """Refuse, before anything is written, an input that a map node over the workflow
     input would find too long."""
     for n in nodes:

@@ -14,36 +14,21 @@ from cyclone._model.options import Options
 
 
 @dataclass(frozen=True, slots=True)
-class SubmitPlan:
-    """What a submit writes: the run, its nodes and edges (as ``workflow_insert`` columns)."""
+class Layout:
+    """The rows of a workflow's graph as ``workflow_insert`` takes them, the same for every
+    run: made once per definition (``Layout.of``)."""
 
-    name: str
-    input: Any
-    encoded: str
-    key: str | None
-    result_node: str | None
-    options: Options
     nodes: tuple[list[Any], ...]  # names, kinds, queues, max attempts, deps, wait timeouts
     edges: tuple[list[str], list[str]]  # parents, children
     queues: list[str]  # of the root steps: what to wake once the run commits
     # Each node's spec and each edge's condition (JSON text or None), for a workflow with map
     # nodes, joins or branches; None for one without.
-    shape: tuple[list[str | None], list[str | None]] | None = None
-    root_maps: tuple[str, ...] = ()  # map nodes to expand in the insert's transaction
-    parent: tuple[uuid.UUID, str] | None = None  # the run and child node submitting this one
+    shape: tuple[list[str | None], list[str | None]] | None
+    root_maps: tuple[str, ...]  # map nodes to expand in the insert's transaction
 
     @classmethod
-    def of(
-        cls,
-        name: str,
-        nodes: Sequence[Node[Any]],
-        input: Any,
-        encoded: str,
-        key: str | None,
-        result_node: str | None,
-        options: Options,
-    ) -> SubmitPlan:
-        """The plan of a run of ``nodes`` (checked, in definition order)."""
+    def of(cls, nodes: Sequence[Node[Any]]) -> Layout:
+        """The layout of ``nodes`` (checked, in definition order)."""
         edges = [(p, n.name) for n in nodes for p in n.after]
         shape = None
         if any(n.spec is not None or n.conds for n in nodes):
@@ -53,12 +38,6 @@ class SubmitPlan:
                 [conds[c].get(p) for p, c in edges],
             )
         return cls(
-            name=name,
-            input=input,
-            encoded=encoded,
-            key=key,
-            result_node=result_node,
-            options=options,
             nodes=(
                 [n.name for n in nodes],
                 [n.kind.name if n.kind else None for n in nodes],
@@ -72,6 +51,64 @@ class SubmitPlan:
             shape=shape,
             root_maps=tuple(n.name for n in nodes if n.is_map and not n.after),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitPlan:
+    """What a submit writes: the run, its nodes and edges (as ``workflow_insert`` columns)."""
+
+    name: str
+    input: Any
+    encoded: str
+    key: str | None
+    result_node: str | None
+    options: Options
+    nodes: tuple[list[Any], ...]  # as in Layout
+    edges: tuple[list[str], list[str]]
+    queues: list[str]
+    shape: tuple[list[str | None], list[str | None]] | None = None
+    root_maps: tuple[str, ...] = ()
+    parent: tuple[uuid.UUID, str] | None = None  # the run and child node submitting this one
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        layout: Layout,
+        input: Any,
+        encoded: str,
+        key: str | None,
+        result_node: str | None,
+        options: Options,
+        parent: tuple[uuid.UUID, str] | None = None,
+    ) -> SubmitPlan:
+        """The plan of a run of the workflow laid out as ``layout``."""
+        return cls(
+            name=name,
+            input=input,
+            encoded=encoded,
+            key=key,
+            result_node=result_node,
+            options=options,
+            nodes=layout.nodes,
+            edges=layout.edges,
+            queues=layout.queues,
+            shape=layout.shape,
+            root_maps=layout.root_maps,
+            parent=parent,
+        )
+
+    @property
+    def grows_root_maps(self) -> bool:
+        """Whether the insert itself grows the root map nodes' items: there are some, and
+        the input is a non-empty list (the submit checked it against their bounds)."""
+        return bool(self.root_maps) and isinstance(self.input, list | tuple) and bool(self.input)
+
+    @property
+    def root_map_queues(self) -> set[str]:
+        """The queues of the root map nodes' items."""
+        names, _, queues = self.nodes[:3]
+        return {queue for name, queue in zip(names, queues, strict=True) if name in self.root_maps}
 
     @property
     def node_count(self) -> int:

@@ -10,7 +10,6 @@ it keeps the graph it was submitted with when a later deploy changes the definit
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, Unpack, cast, overload
@@ -35,7 +34,7 @@ from cyclone._model.nodes import (
     map_node,
 )
 from cyclone._model.options import SubmitOptions, check_options, seconds
-from cyclone._model.plans import SubmitPlan
+from cyclone._model.plans import Layout, SubmitPlan
 from cyclone._model.settled import Settled
 from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, Kind, Step
 
@@ -79,6 +78,7 @@ class Workflow(Generic[In]):
         self.input_type = input_type
         self._nodes: dict[str, Node[Any]] = {}
         self._result: str | None = None
+        self._layout: Layout | None = None
         _DEFINED.add(self)
 
     def __repr__(self) -> str:
@@ -313,6 +313,7 @@ class Workflow(Generic[In]):
     def _add(self, node: Node[Out]) -> Node[Out]:
         check_new(self.name, self._nodes, node)
         self._nodes[node.name] = node
+        self._layout = None
         return node
 
     # What workers need
@@ -400,11 +401,12 @@ class Workflow(Generic[In]):
             what=f"input of workflow {self.name!r}",
             limit=payload_limit,
         )
-        nodes = list(self._nodes.values())
-        check_items(self.name, nodes, input)
+        check_items(self.name, self._nodes.values(), input)
         key = None if key is None else validate_key(key)
-        plan = SubmitPlan.of(self.name, nodes, input, encoded, key, result_node, opts)
-        return plan if parent is None else dataclasses.replace(plan, parent=parent)
+        if self._layout is None:  # made once, until a node is added
+            self._layout = Layout.of(list(self._nodes.values()))
+        layout = self._layout
+        return SubmitPlan.of(self.name, layout, input, encoded, key, result_node, opts, parent)
 
     async def _submit(
         self,
