@@ -224,17 +224,21 @@ class DatabaseTarget:
     async def _insert_run(self, plan: SubmitPlan, trace: str | None) -> tuple[uuid.UUID, bool]:
         q = self.settings._queries
         queues = set(plan.queues)
-        # Root map nodes grow their items in the insert's transaction; a child run is
-        # written and linked in one.
-        own_tx = bool(plan.root_maps) or plan.parent is not None
-        async with self.connection(transaction=own_tx) as conn:
+        # Root map nodes over a non-empty list grow their items in the insert; over anything
+        # else (which may complete or fail them), in its transaction. A child run is written
+        # and linked in one.
+        grow = plan.grows_root_maps
+        expand = bool(plan.root_maps) and not grow
+        async with self.connection(transaction=expand or plan.parent is not None) as conn:
             for _ in range(_KEY_TRIES):
                 run_id = uuid7()
                 inserted = await db.workflow_insert(
-                    conn, q, run_id, *plan.arguments(trace), shape=plan.shape
+                    conn, q, run_id, *plan.arguments(trace), shape=plan.shape, grow_maps=grow
                 )
                 if inserted is not None:
-                    if plan.root_maps:
+                    if grow:
+                        queues |= plan.root_map_queues
+                    if expand:
                         roots = list(plan.root_maps)
                         effects = transitions.Effects()
                         done = await transitions.expand_maps(

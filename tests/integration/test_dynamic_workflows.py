@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -185,6 +185,23 @@ async def test_a_list_past_max_items_is_refused_at_submit_and_fails_the_node_at_
     info = await run.info()
     assert info.error is not None and "max_items of 2" in info.error["message"]
     assert await count_rows(cyclone_env, "cyclone_steps", "map_of IS NOT NULL") == 0
+
+
+@cyclone.step("dyn.echo")
+async def echo(ctx: cyclone.Context, value: Any) -> Any:
+    return value
+
+
+async def test_a_root_map_over_an_input_that_is_no_list_fails_its_run(
+    cyclone_env: CycloneEnv,
+) -> None:
+    loose = cyclone.define("dyn.loose", Any)
+    loose.map(echo, name="sq")
+    run = await loose.submit(cyclone_env.client, {"not": "a list"})
+    assert await run.status() is cyclone.RunState.FAILED  # in the submit's transaction
+    info = await run.info()
+    assert info.error is not None and info.error["type"] == "MapTooLargeError"
+    assert "not a list" in info.error["message"]
 
 
 # Branches

@@ -100,11 +100,13 @@ async def workflow_insert(
     group: str | None,
     *,
     shape: tuple[Sequence[str | None], Sequence[str | None]] | None = None,
+    grow_maps: bool = False,
 ) -> uuid.UUID | None:
     """Insert a workflow run with its nodes (one sequence per column), edges and root tasks;
     None if the key is taken. ``group``: the run's group key (flow control), or None.
     ``shape``: each node's spec and each edge's condition, for a workflow with map nodes,
-    joins or branches (whose root map nodes the caller then expands)."""
+    joins or branches. Its root map nodes grow their items here with ``grow_maps`` (the
+    input is a non-empty list within their bounds); else the caller then expands them."""
     run: dict[str, object] = {
         "id": run_id,
         "name": name,
@@ -134,6 +136,7 @@ async def workflow_insert(
             node_specs=node_specs,
             edge_conds=edge_conds,
             group_key=group,
+            grow_maps=grow_maps,
             **run,
         )
     # As for jobs: no group key, no column of migration 0008.

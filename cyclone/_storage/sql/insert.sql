@@ -191,10 +191,12 @@ SELECT id FROM run;
 -- name: workflow_insert_dynamic(id, name, input, result_node, key, nodes, deadline, priority,
 --     process_at, node_names, node_kinds, node_queues, node_max_attempts, node_deps,
 --     node_wait_timeouts, node_specs, edge_parents, edge_children, edge_conds, trace,
---     group_key)
+--     group_key, grow_maps)
 -- workflow_insert for a workflow with map nodes, joins or branches (migration 0009): each
--- node's spec and each edge's condition too (JSON text, or NULL). A root map node waits for
--- the caller's map_expand in the same transaction; the other roots get tasks (or wait).
+-- node's spec and each edge's condition too (JSON text, or NULL). With :grow_maps (the
+-- input is a non-empty list, within the bounds the submit checked) a root map node over
+-- the input grows its items here, as map_expand would; without, it waits for the caller's
+-- map_expand in the same transaction. The other roots get tasks (or wait).
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace,
@@ -205,7 +207,10 @@ WITH run AS (
     RETURNING r.id
 ), node AS (
     SELECT n.node, n.kind, n.queue, n.max_attempts, n.deps, n.wait_timeout,
-           n.spec::jsonb AS spec
+           n.spec::jsonb AS spec,
+           :grow_maps::bool AND n.deps = 0 AND n.spec::jsonb ? 'map'
+               AND n.spec::jsonb->'map'->>'over' IS NULL AS grows,
+           coalesce((n.spec::jsonb->'map'->>'max_parallel')::int, 2147483647) AS width
     FROM unnest(:node_names::text[], :node_kinds::text[], :node_queues::text[],
                 :node_max_attempts::int[], :node_deps::int[], :node_wait_timeouts::float8[],
                 :node_specs::text[])
@@ -213,15 +218,17 @@ WITH run AS (
 ), steps AS (
     INSERT INTO __schema__.cyclone_steps
         (run_id, node, kind, queue, priority, max_attempts, state, pending_deps,
-         wait_timeout, wait_until, spec)
+         wait_timeout, wait_until, spec, items, items_left, next_item)
     SELECT run.id, n.node, n.kind, n.queue, :priority, n.max_attempts,
            CASE WHEN n.deps > 0 THEN 'pending'
                 WHEN n.kind IS NULL OR n.spec ? 'map' THEN 'waiting' ELSE 'queued' END,
            n.deps, n.wait_timeout,
            CASE WHEN n.deps = 0 AND n.kind IS NULL
                 THEN __now__ + make_interval(secs => n.wait_timeout) END,
-           n.spec
+           n.spec, l.n, l.n, least(l.n, n.width)
     FROM run, node n
+    LEFT JOIN (SELECT CASE WHEN :grow_maps::bool THEN jsonb_array_length(:input::jsonb) END
+               AS n) l ON n.grows  -- guarded as in sized
 ), edges AS (
     INSERT INTO __schema__.cyclone_edges (run_id, parent, child, cond)
     SELECT run.id, e.parent, e.child, e.cond::jsonb
@@ -234,6 +241,16 @@ WITH run AS (
            n.max_attempts, coalesce(:group_key, '')
     FROM run, node n
     WHERE n.deps = 0 AND n.kind IS NOT NULL AND NOT coalesce(n.spec ? 'map', false)
+), sized AS (  -- the root map nodes to grow, over the run input
+    SELECT run.id AS run_id, n.node, n.kind, n.queue, :priority AS priority, n.max_attempts,
+           n.spec, true AS open, coalesce(:group_key, '') AS group_key,
+           l.list, jsonb_array_length(l.list) AS n, n.width,
+           (n.spec->'map'->>'max_items')::int AS bound,
+           coalesce(:process_at, __now__) AS available_at
+    -- Guarded: with a parameter, a custom plan folds the call on a scalar input at planning.
+    FROM run, node n, (SELECT CASE WHEN :grow_maps::bool THEN :input::jsonb END AS list) l
+    WHERE n.grows
+/* fragment: map_grow_items */
 )
 SELECT id FROM run;
 

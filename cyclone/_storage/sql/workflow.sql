@@ -126,13 +126,37 @@ FROM counted WHERE state <> 'pending';
                     '')
     FROM freed f WHERE f.state = 'queued'
 
+-- fragment: map_grow_items
+-- The CTEs after sized (run_id, node, kind, queue, priority, max_attempts, spec, open,
+-- group_key, list, n, width, bound, available_at: map nodes to grow, and their lists): an
+-- item node per element of a list within its bound, named map[i] and carrying its element;
+-- the first width of them queued with tasks (claimable from available_at) in an open run,
+-- the rest pending with one dependency (map_settle releases them in item order). The items
+-- of a map over a child workflow are child nodes (their spec's "child").
+), items AS (
+    INSERT INTO __schema__.cyclone_steps
+        (run_id, node, kind, queue, priority, max_attempts, state, pending_deps, map_of, item,
+         input, spec)
+    SELECT z.run_id, z.node || '[' || (e.i - 1) || ']', z.kind, z.queue, z.priority,
+           z.max_attempts, CASE WHEN e.i <= z.width AND z.open THEN 'queued' ELSE 'pending' END,
+           CASE WHEN e.i <= z.width THEN 0 ELSE 1 END, z.node, e.i - 1, e.value,
+           CASE WHEN z.spec ? 'child' THEN jsonb_build_object('child', z.spec->'child') END
+    FROM sized z CROSS JOIN LATERAL jsonb_array_elements(z.list) WITH ORDINALITY AS e (value, i)
+    WHERE z.n <= z.bound
+    RETURNING run_id, node, kind, queue, priority, max_attempts, state, input, map_of
+), item_tasks AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, max_attempts, input, group_key, available_at)
+    SELECT i.run_id, i.node, i.kind, i.queue, i.priority, i.max_attempts, i.input, z.group_key,
+           z.available_at
+    FROM items i JOIN sized z ON z.run_id = i.run_id AND z.node = i.map_of
+    WHERE i.state = 'queued'
+
 -- name: map_expand(run_ids, nodes, available_at)
 -- Expand reached map nodes (waiting, not expanded yet; runs locked by the caller), all in
 -- this one statement: an item node per element of the list (the run input, or the output of
--- the node named by the spec's "over"), the first max_parallel of them queued with tasks, the
--- rest pending with one dependency (map_settle releases them in item order); the items of a
--- map over a child workflow are child nodes (their spec's "child"). An empty list
--- completes its map node at once; a list longer than max_items, or a value that is not a
+-- the node named by the spec's "over": map_grow_items). An empty list completes its map
+-- node at once; a list longer than max_items, or a value that is not a
 -- list, fails it. Returns the queues that got work and the map nodes that completed (the
 -- caller advances past them) or failed (the caller fails their runs).
 WITH ready AS MATERIALIZED (  -- each map node and its run's facts, read once
@@ -158,26 +182,10 @@ WITH ready AS MATERIALIZED (  -- each map node and its run's facts, read once
     SELECT r.*, CASE WHEN jsonb_typeof(r.list) = 'array' THEN jsonb_array_length(r.list) END
                AS n,
            coalesce((r.spec->'map'->>'max_parallel')::int, 2147483647) AS width,
-           (r.spec->'map'->>'max_items')::int AS bound
+           (r.spec->'map'->>'max_items')::int AS bound,
+           coalesce(:available_at::timestamptz, __now__) AS available_at
     FROM ready r
-), items AS (
-    INSERT INTO __schema__.cyclone_steps
-        (run_id, node, kind, queue, priority, max_attempts, state, pending_deps, map_of, item,
-         input, spec)
-    SELECT z.run_id, z.node || '[' || (e.i - 1) || ']', z.kind, z.queue, z.priority,
-           z.max_attempts, CASE WHEN e.i <= z.width AND z.open THEN 'queued' ELSE 'pending' END,
-           CASE WHEN e.i <= z.width THEN 0 ELSE 1 END, z.node, e.i - 1, e.value,
-           CASE WHEN z.spec ? 'child' THEN jsonb_build_object('child', z.spec->'child') END
-    FROM sized z CROSS JOIN LATERAL jsonb_array_elements(z.list) WITH ORDINALITY AS e (value, i)
-    WHERE z.n <= z.bound
-    RETURNING run_id, node, kind, queue, priority, max_attempts, state, input, map_of
-), item_tasks AS (
-    INSERT INTO __schema__.cyclone_tasks
-        (run_id, node, kind, queue, priority, max_attempts, input, group_key, available_at)
-    SELECT i.run_id, i.node, i.kind, i.queue, i.priority, i.max_attempts, i.input, z.group_key,
-           coalesce(:available_at::timestamptz, __now__)
-    FROM items i JOIN sized z ON z.run_id = i.run_id AND z.node = i.map_of
-    WHERE i.state = 'queued'
+/* fragment: map_grow_items */
 ), expanded AS (
     UPDATE __schema__.cyclone_steps s
     SET items = CASE WHEN z.n <= z.bound THEN z.n END, items_left = z.n,
