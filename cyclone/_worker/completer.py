@@ -23,7 +23,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -54,9 +54,21 @@ _WRITERS = 3  # batches written at once, each on its own connection
 Accepted = set[tuple[int, int]]
 Write = Callable[[db.Conn, Sequence[Any]], Awaitable[tuple[Accepted, Effects]]]
 Confirm = Callable[[db.Conn, Sequence[Any], Effects], Awaitable[Accepted]]
-# Submits the child runs of completed child nodes on the completion's connection: what that
-# announces, and the runs, in the order of the outcomes.
-Spawn = Callable[[db.Conn, Sequence["Completed"]], Awaitable[tuple[Effects, list[uuid.UUID]]]]
+
+
+class Spawn(Protocol):
+    """Submits the child runs of completed child nodes on the completion's connection."""
+
+    def prepare(self, outcome: Completed) -> None:
+        """Make ready, outside any transaction, what the outcome's child node submits."""
+
+    def forget(self, outcomes: Sequence[Completed]) -> None:
+        """Drop what was made ready for these outcomes, which submit nothing."""
+
+    async def __call__(
+        self, conn: db.Conn, outcomes: Sequence[Completed]
+    ) -> tuple[Effects, list[uuid.UUID]]:
+        """Submit the child runs of these child nodes: what that announces, and the runs."""
 
 
 @dataclass(slots=True)
@@ -69,8 +81,7 @@ class Completer:
     """Writes the outcomes of one worker's attempts and announces what they changed.
 
     ``bound`` is how many outcomes may wait unwritten; ``on_written`` is called after each
-    batch (room was made).
-    """
+    batch (room was made)."""
 
     def __init__(
         self,
@@ -129,6 +140,8 @@ class Completer:
         """Buffer an outcome for the next batch; the future says whether it was accepted
         (the attempt still owned its task), or holds the error that stopped its write."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if self._spawn is not None and isinstance(outcome, Completed):
+            self._spawn.prepare(outcome)  # before the batch's locks are taken
         self._buffer.append(_Pending(outcome, done))
         self._unwritten += 1
         self._drained.clear()
@@ -265,6 +278,8 @@ class Completer:
             assert self._spawn is not None, "a child node completed by a worker without spawn"
             nodes = [o for o in outcomes if o.claimed.key in waiting]
             spawned, children = await self._spawn(conn, nodes)
+        if self._spawn is not None:
+            self._spawn.forget([o for o in outcomes if o.claimed.key not in waiting])
         effects = await transitions.advance_completed(conn, self._q, rows, children)
         if spawned is not None:
             effects.merge(spawned)

@@ -35,9 +35,37 @@ class ChildSpawner:
             for name, step in steps.items()
             if isinstance(step, ChildStep)
         }
+        # The plans of the child runs of attempts that completed, made as each outcome
+        # arrives rather than under the batch's locks; taken by the write.
+        self._plans: dict[tuple[int, int], SubmitPlan] = {}
 
     def __bool__(self) -> bool:
         return bool(self._children)
+
+    def prepare(self, outcome: Completed) -> None:
+        """Plan the child run of a completed child node's attempt (other outcomes: nothing)."""
+        if outcome.claimed.kind in self._children:
+            try:
+                self._plans[outcome.claimed.key] = self._plan(outcome)
+            except Exception:  # planned again by the write, which raises it where it belongs
+                return
+
+    def forget(self, outcomes: Sequence[Completed]) -> None:
+        """Drop the plans of attempts whose completions were rejected."""
+        for o in outcomes:
+            self._plans.pop(o.claimed.key, None)
+
+    def _plan(self, outcome: Completed) -> SubmitPlan:
+        claimed = outcome.claimed
+        assert claimed.node is not None
+        workflow = self._children[claimed.kind]
+        value = codec.decode(outcome.output, workflow.input_type)
+        # Keyed by the attempt's task: a task's attempts make one child between them
+        # (fenced, only one completes), and a new attempt after a failed child, or a
+        # retry of the run, gets a new task.
+        key = f"{claimed.run_id}:{claimed.node}:{claimed.id}"
+        parent = (claimed.run_id, claimed.node)
+        return workflow.plan(self._client.payload_limit, key, value, {}, parent)
 
     async def __call__(
         self, conn: db.Conn, outcomes: Sequence[Completed]
@@ -51,16 +79,8 @@ class ChildSpawner:
         plain: list[SubmitPlan] = []
         runs = []
         for o in outcomes:
-            claimed = o.claimed
-            assert claimed.node is not None
-            workflow = self._children[claimed.kind]
-            value = codec.decode(o.output, workflow.input_type)
-            # Keyed by the attempt's task: a task's attempts make one child between them
-            # (fenced, only one completes), and a new attempt after a failed child, or a
-            # retry of the run, gets a new task.
-            key = f"{claimed.run_id}:{claimed.node}:{claimed.id}"
-            parent = (claimed.run_id, claimed.node)
-            plan = workflow.plan(self._client.payload_limit, key, value, {}, parent)
+            # Planned when it arrived; again if an earlier try of this write took the plan.
+            plan = self._plans.pop(o.claimed.key, None) or self._plan(o)
             if plan.shape is None and not plan.root_maps and isinstance(target, DatabaseTarget):
                 plain.append(plan)
             else:
