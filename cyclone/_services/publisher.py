@@ -58,6 +58,7 @@ class Publisher:
         self._flush_task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._notifying = 0  # inserts in flight that carry their own NOTIFY
+        self._early: set[str] = set()  # run ends dispatched here before their NOTIFY went out
         # The background flushes' connection, kept from one NOTIFY to the next: under load a
         # worker's run ends go out every ENDS_LAG, and giving a connection back to the pool
         # after each would cost a reset round trip each time.
@@ -79,10 +80,12 @@ class Publisher:
 
     def announce(self, effects: Effects) -> None:
         """Publish what a worker's committed outcome write changed: its queue wakeups soon,
-        the ends of its runs within :data:`ENDS_LAG`."""
-        self.publish(
-            [queue_payload(q) for q in sorted(effects.queues)], ends=run_payloads(effects.ended)
-        )
+        the ends of its runs within :data:`ENDS_LAG` (to this process's listeners, such as
+        the waiters of an embedded worker's runs, at once)."""
+        ends = run_payloads(effects.ended)
+        if ends and self.notifier is not None and self.notifier.ahead(ends):
+            self._early.update(ends)
+        self.publish([queue_payload(q) for q in sorted(effects.queues)], ends=ends)
 
     def wake(self, queues: Iterable[str]) -> None:
         """Publish a wakeup for each of ``queues``."""
@@ -183,7 +186,10 @@ class Publisher:
             return
         q = self.database.queries
         # The work is committed: this process's listeners need not wait for the round trip.
-        ahead = self.notifier is not None and self.notifier.ahead(payloads)
+        early = self._early.intersection(payloads)
+        self._early.difference_update(early)
+        rest = [p for p in payloads if p not in early]
+        ahead = self.notifier is not None and self.notifier.ahead(rest)
         try:
             if conn is not None:
                 await db.wakeup_notify(conn, q, self.channel, payloads)
@@ -194,8 +200,8 @@ class Publisher:
                 async with self.database.borrow() as pooled:
                     await db.wakeup_notify(pooled, q, self.channel, payloads)
         except BaseException as exc:
-            if ahead and self.notifier is not None:  # sent or not: let a notification through
-                self.notifier.not_sent(payloads)
+            if self.notifier is not None:  # sent or not: let a notification through
+                self.notifier.not_sent([*(rest if ahead else ()), *early])
             if not isinstance(exc, (*db.DATABASE_ERRORS, InvalidStateError)):
                 raise
             logger.warning(

@@ -416,3 +416,32 @@ async def test_a_wakeup_whose_notify_failed_lets_the_next_notification_through(
         await cyclone_env.pool.execute("SELECT pg_notify($1, 'q:sms')", client._channel)
         await seen.until(2)
         assert seen.queues == ["sms", "sms"]
+
+
+async def test_a_run_end_reaches_this_processs_waiters_before_its_notify(
+    cyclone_env: CycloneEnv, listener: Listener
+) -> None:
+    """A run end waiting for company (ENDS_LAG) is dispatched here at once, as the run's
+    waiter in the worker's own process needs it; its NOTIFY follows, not dispatched again."""
+    client = cyclone_env.client
+    publisher = client._services.publisher
+    run_id = uuid.uuid4()
+    async with queue_wakeups(client):
+        notifier = client._services.notifier
+        assert notifier is not None
+        dispatched: list[str] = []
+        unsubscribe = notifier.subscribe_all(dispatched.append)
+        ended = notifier.watch_run(run_id)
+        try:
+            publisher.wake(["mail"])  # a NOTIFY just went out: the end waits for company
+            await asyncio.sleep(0)
+            publisher.announce(Effects(ended={run_id}))
+            assert ended.is_set()
+            await client.aclose()  # sends what waits
+            await listener.settle()
+            [payload] = [p for p in listener.counts() if p.startswith("r:")]
+            assert listener.counts()[payload] == 1
+            assert dispatched.count(payload) == 1
+        finally:
+            notifier.unwatch_run(run_id, ended)
+            unsubscribe()
