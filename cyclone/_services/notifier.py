@@ -100,6 +100,14 @@ class Notifier:
         self._all_subscribers.append(callback)
         return lambda: self._all_subscribers.remove(callback)
 
+    async def connect(self) -> asyncpg.Connection:
+        """A new session by the listener's route: ``listen_dsn``, else the pool's arguments
+        (never a pooler in transaction mode, which the pool check refuses for a listener)."""
+        if self._listen_dsn is None:
+            return await connect_like(self._pool)
+        conn: asyncpg.Connection = await asyncpg.connect(self._listen_dsn)
+        return conn
+
     def watch_run(self, run_id: uuid.UUID) -> asyncio.Event:
         """An event set when a run-ended notification for ``run_id`` arrives."""
         event = asyncio.Event()
@@ -185,10 +193,7 @@ class Notifier:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                if self._listen_dsn is None:
-                    conn = await connect_like(self._pool)
-                else:
-                    conn = await asyncpg.connect(self._listen_dsn)
+                conn = await self.connect()
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(self._channel, on_notify)

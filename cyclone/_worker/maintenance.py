@@ -1,8 +1,9 @@
 """Maintenance: the housekeeping every worker does on its own timer.
 
-Each pass reclaims tasks whose lease expired (their worker died or stalled), fails last
-attempts that expired, runs past their deadline and wait nodes past their timeout and, with
-a client ``retention``, purges old terminal runs. Every
+Each pass reclaims tasks whose lease expired (their worker died or stalled) or whose
+worker's liveness session ended (presence.py), fails such last attempts, runs past their
+deadline and wait nodes past their timeout and, with a client ``retention``, purges old
+terminal runs. The rescue probe runs the reclaiming part at once when it sees a worker lost. Every
 step is safe to run from many workers at once: each statement locks what it changes, skips
 what another holds, and re-checks its condition under the lock.
 """
@@ -44,6 +45,17 @@ async def run_once(
             logger.info("worker %s: retention purged %d runs", worker_id, purged, extra=log)
 
 
+async def rescue(services: Services, *, worker_id: str, limit: int = 100) -> None:
+    """Release the tasks of lost workers and of expired leases now: the rescue probe found a
+    worker whose liveness session ended."""
+    effects = transitions.Effects()
+    try:
+        async with services.database.acquire() as conn:
+            await _Pass(services, conn, effects, limit, {"worker": worker_id}).reclaim(lost=True)
+    finally:
+        services.publisher.publish(effects.payloads())
+
+
 async def expire_overdue(services: Services, *, worker_id: str, limit: int = 100) -> None:
     """Fail the runs past their deadline and the wait nodes past their timeout, now: the
     scheduler's timer calls this when the first of them is due, between maintenance passes."""
@@ -68,27 +80,42 @@ class _Pass:
     log: dict[str, str]
 
     async def expire(self) -> None:
-        """Reclaim expired leases and fail what is overdue."""
+        """Reclaim expired leases and lost workers' tasks, and fail what is overdue."""
+        await self.reclaim(lost=False)
+        await self.reclaim(lost=True)
+        await self.expire_overdue()
+
+    async def reclaim(self, *, lost: bool) -> None:
+        """Release the tasks of lost workers (``lost``) or of expired leases; fail those on
+        their last attempt."""
         conn, q = self.conn, self.services.database.queries
-        reclaimed = await db.task_reclaim(conn, q, self.limit)
+        reclaimed = await (db.task_rescue if lost else db.task_reclaim)(conn, q, self.limit)
         if reclaimed:
             self.services.observers.reclaimed(len(reclaimed))
         for row in reclaimed:
             if row["queue"] is not None:  # None: parked, its run having failed
                 self.effects.queues.add(row["queue"])
             logger.warning(
-                "%s: its lease expired (worker %s stopped renewing it); %s",
+                "%s: %s; %s",
                 _attempt(row),
-                row["lost_by"],
+                _why(row["lost_by"], lost=not row["timed_out"]),
                 "it is available again" if row["queue"] else "parked, its run having failed",
                 extra={**_fields(row), **self.log},
             )
-        for row in await db.task_expired_exhausted(conn, q, self.limit):
+        exhausted = db.task_lost_exhausted if lost else db.task_expired_exhausted
+        for row in await exhausted(conn, q, self.limit):
+            why = _why(row["worker"], lost=lost)
+            message = (
+                f"worker {row['worker']} was lost: its session with the database ended (the "
+                "process died, or lost its connection)"
+                if lost
+                else f"the lease expired: worker {row['worker']} stopped renewing it"
+            )
             error = codec.encode_plain(
                 {
                     "attempt": row["attempt"],
-                    "type": "LeaseExpired",
-                    "message": f"the lease expired: worker {row['worker']} stopped renewing it",
+                    "type": "WorkerLost" if lost else "LeaseExpired",
+                    "message": message,
                 }
             )
             async with self.services.database.transaction(conn):
@@ -97,19 +124,19 @@ class _Pass:
                     q,
                     db.TaskAttempt.of(row),
                     error,
-                    expired_only=True,  # read without a lock: the lease may be renewed
+                    # Read without a lock: the lease may be renewed meanwhile. A lost
+                    # worker's attempt goes by its fence alone (its lease has not run out).
+                    expired_only=not lost,
                 )
             self.effects.merge(more)
             if not owned:  # renewed or handled meanwhile
                 continue
             logger.error(
-                "%s: its lease expired (worker %s stopped renewing it); no attempts left, so the "
-                "run fails",
+                "%s: %s; no attempts left, so the run fails",
                 _attempt(row),
-                row["worker"],
+                why,
                 extra={**_fields(row), **self.log},
             )
-        await self.expire_overdue()
 
     async def expire_overdue(self) -> None:
         """Fail the runs past their deadline and the wait nodes past their timeout."""
@@ -141,6 +168,17 @@ class _Pass:
                     row["run_id"],
                     extra={"run_id": str(row["run_id"]), "node": row["node"], **self.log},
                 )
+
+
+def _why(worker: str | None, *, lost: bool) -> str:
+    """Why maintenance took an attempt's task back, as its log line says (the error's
+    message, written by the statement, says the same)."""
+    if lost:
+        return (
+            f"its worker {worker} was lost (its session with the database ended: the process "
+            "died, or lost its connection)"
+        )
+    return f"its lease expired (worker {worker} stopped renewing it)"
 
 
 def _attempt(row: db.Record) -> str:

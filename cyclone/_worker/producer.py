@@ -167,6 +167,8 @@ class Producer:
         one was started."""
         loop = asyncio.get_running_loop()
         started = False
+        if not self._claiming.live.is_set():  # its peers take its tasks for lost meanwhile
+            return False
         while len(self._claims) < CLAIMS_AT_ONCE and (
             not self._claims or self._last_claim_full or self._gate.again_now()
         ):

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from cyclone._model.errors import InvalidInputError, InvalidStateError, LifecycleError
+from cyclone._model.errors import InvalidInputError, LifecycleError
 from cyclone._model.options import seconds, validate_int, validate_queue
 from cyclone._model.steps import Step
 from cyclone._services.loops import every
@@ -35,6 +35,7 @@ from cyclone._worker.completer import Completer
 from cyclone._worker.executor import Executor
 from cyclone._worker.leases import LeaseKeeper
 from cyclone._worker.outcomes import Claiming
+from cyclone._worker.presence import PROBE_INTERVAL, Presence
 from cyclone._worker.producer import Producer
 from cyclone._worker.scheduler import Scheduler
 from cyclone._worker.served import check_served
@@ -49,7 +50,6 @@ logger = logging.getLogger("cyclone")
 
 DEFAULT_CONCURRENCY = 10
 # A worker's presence row counts as live for this many heartbeats after its last write.
-PRESENCE_BEATS = 3
 # Outcomes that may wait unwritten, per slot of every queue (and per task a queue may claim
 # ahead), before claims hold back.
 UNWRITTEN_PER_SLOT = 2
@@ -144,12 +144,20 @@ class Worker(AsyncResource):
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._kinds = sorted(self._steps)
         self._workflow_names = sorted(self._workflows)
+        self._presence = Presence(
+            services,
+            self.id,
+            (sorted(self._queues), self._kinds, self._workflow_names),
+            heartbeat=self.heartbeat,
+            on_lost=lambda: self._leases.lose_all(),
+            rescue=lambda: maintenance.rescue(services, worker_id=self.id),
+        )
         self._leases = LeaseKeeper(
             services.database,
             worker_id=self.id,
             lease=self.lease,
             interval=self.heartbeat,
-            present=self._present,
+            present=self._presence.present,
         )
         self._completer = Completer(
             services.database,
@@ -179,6 +187,7 @@ class Worker(AsyncResource):
             self.claim_batch,
             self.poll_interval,
             claim_ahead,
+            self._presence.live,
         )
         self._producers = {
             name: Producer(
@@ -224,8 +233,7 @@ class Worker(AsyncResource):
             raise LifecycleError("this worker was started already")
         database = self._services.database
         await database.wait_until_ready(wait_for_schema=self.wait_for_schema)
-        async with database.acquire() as conn:  # visible in stats once start() returns
-            await self._present(conn)
+        await self._presence.start()  # visible in stats once start() returns
         await self._scheduler.start()  # schedules: declare, then arm the timer
         self._started = True
         loop = asyncio.get_running_loop()
@@ -240,6 +248,7 @@ class Worker(AsyncResource):
         self._housekeeping = [
             loop.create_task(self._leases.run(), name="cyclone-heartbeat"),
             loop.create_task(self._maintain(), name="cyclone-maintenance"),
+            loop.create_task(self._probe(), name="cyclone-rescue-probe"),
         ]
         logger.info(
             "worker %s started: queues %s; kinds %s; workflows %s",
@@ -311,7 +320,7 @@ class Worker(AsyncResource):
         if self._unsubscribe is not None and self._services.notifier is not None:
             self._unsubscribe()
             await self._services.notifier.release()
-        await self._leave()
+        await self._presence.leave()
         logger.info("worker %s stopped", self.id, extra={"worker": self.id})
 
     async def run(self) -> None:
@@ -367,36 +376,6 @@ class Worker(AsyncResource):
         for producer in self._producers.values():
             producer.room_made()
 
-    # Presence
-
-    async def _present(self, conn: db.Conn) -> None:
-        """Record this worker as live for a few more heartbeats, with what it claims."""
-        await db.worker_present(
-            conn,
-            self.client._queries,
-            self.id,
-            socket.gethostname(),
-            os.getpid(),
-            sorted(self._queues),
-            self._kinds,
-            self._workflow_names,
-            self.heartbeat * PRESENCE_BEATS,
-        )
-
-    async def _leave(self) -> None:
-        """Remove this worker's presence row (it would expire by itself anyway)."""
-        try:
-            async with self._services.database.acquire() as conn:
-                await db.worker_leave(conn, self.client._queries, self.id)
-        except (*db.DATABASE_ERRORS, InvalidStateError) as exc:
-            logger.warning(
-                "worker %s: removing its presence row failed: %s; it expires in %.3g s",
-                self.id,
-                exc,
-                self.heartbeat * PRESENCE_BEATS,
-                extra={"worker": self.id},
-            )
-
     # Maintenance
 
     async def _maintain(self) -> None:
@@ -407,6 +386,14 @@ class Worker(AsyncResource):
             what="maintenance pass",
             worker_id=self.id,
         )
+
+    async def _probe(self) -> None:
+        if self._presence.key is not None:  # without a listener, no peer holds a lock either
+            await every(PROBE_INTERVAL, self._rescue, what="rescue probe", worker_id=self.id)
+
+    async def _rescue(self) -> None:
+        if await self._presence.probe():
+            await maintenance.rescue(self._services, worker_id=self.id)
 
     async def maintain_once(self, limit: int = 100) -> None:
         """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, and

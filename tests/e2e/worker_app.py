@@ -2,6 +2,7 @@
 
 Its step writes a business row in the completion transaction, reports that it started (a row,
 and a NOTIFY the test listens for), and on its first attempt hangs until the process is killed.
+The worker says it is ready (a NOTIFY on ``e2e_ready``) once it has started.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ async def main(dsn: str, lease: float) -> None:
             lease=lease,
             maintenance_interval=0.2,
         )
-        await worker.run()
+        async with worker:  # started: say so, then run until killed or interrupted
+            await pool.execute("SELECT pg_notify('e2e_ready', $1)", worker.id)
+            await asyncio.Event().wait()
 
 
 if __name__ == "__main__":

@@ -108,3 +108,35 @@ async def test_the_statement_cache_through_pgbouncer_fails_with_asyncpgs_hint(
     assert "pgbouncer" in str(caught.value).lower() or "statement_cache_size" in str(
         getattr(caught.value, "hint", "")
     )
+
+
+async def test_liveness_behind_pgbouncer_is_a_session_straight_to_postgresql(
+    pgbouncer: Bouncer, cyclone_env: CycloneEnv
+) -> None:
+    """With listen_dsn a worker's liveness lock is held on a session of its own straight to
+    PostgreSQL (its pid is the backend's: no pooler between); with notify=False it holds
+    none, and its row names none, so its tasks wait for their leases."""
+    pool = await asyncpg.create_pool(
+        pgbouncer.dsn_for(cyclone_env.dsn), min_size=1, max_size=8, statement_cache_size=0
+    )
+    direct = cyclone.Client(pool, listen_dsn=cyclone_env.dsn)
+    polling = cyclone.Client(pool, notify=False)
+    try:
+        async with fast_worker(direct, steps=[double], poll_interval=0.2) as worker:
+            session = worker._presence._session
+            assert session is not None and worker._presence.key is not None
+            holder = await cyclone_env.pool.fetchval(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668899693"
+                " AND objid = $1::int::oid AND granted",
+                worker._presence.key,
+            )
+            assert holder == session.get_server_pid()
+        async with fast_worker(polling, steps=[double], poll_interval=0.2) as worker:
+            liveness = await cyclone_env.pool.fetchval(
+                "SELECT liveness FROM public.cyclone_workers WHERE id = $1", worker.id
+            )
+            assert liveness is None
+    finally:
+        await direct.aclose()
+        await polling.aclose()
+        await pool.close()

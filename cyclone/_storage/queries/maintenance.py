@@ -16,9 +16,30 @@ async def task_reclaim(conn: Conn, q: Queries, limit: int) -> list[Record]:
     return await fetch(conn, q, "task_reclaim", limit=limit)
 
 
+async def task_rescue(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """Put the tasks of lost workers with attempts left back to available."""
+    return await fetch(conn, q, "task_rescue", limit=limit)
+
+
 async def task_expired_exhausted(conn: Conn, q: Queries, limit: int) -> list[Record]:
     """Tasks whose lease expired on their last attempt."""
     return await fetch(conn, q, "task_expired_exhausted", limit=limit)
+
+
+async def task_lost_exhausted(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """The tasks of lost workers on their last attempt."""
+    return await fetch(conn, q, "task_lost_exhausted", limit=limit)
+
+
+async def workers_lost(conn: Conn, q: Queries) -> list[str]:
+    """The workers whose liveness session ended."""
+    return [r["id"] for r in await fetch(conn, q, "workers_lost")]
+
+
+async def worker_liveness_hold(conn: Conn, q: Queries, key: int) -> bool:
+    """Take the liveness lock ``key`` on this session; False while another holds it."""
+    held: bool = await fetchval(conn, q, "worker_liveness_hold", key=key)
+    return held
 
 
 async def wait_expire_due(conn: Conn, q: Queries, limit: int) -> list[Record]:
@@ -55,8 +76,10 @@ async def worker_present(
     kinds: Sequence[str],
     workflows: Sequence[str],
     ttl: float,
+    liveness: int | None,
 ) -> None:
-    """Record ``worker`` as live for ``ttl`` seconds with what it claims; sweep expired rows."""
+    """Record ``worker`` as live for ``ttl`` seconds with what it claims and the liveness
+    lock its session holds (None: none); sweep expired rows."""
     await execute(
         conn,
         q,
@@ -68,6 +91,7 @@ async def worker_present(
         kinds=kinds,
         workflows=workflows,
         ttl=ttl,
+        liveness=liveness,
     )
 
 
