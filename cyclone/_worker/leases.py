@@ -4,7 +4,9 @@ Every heartbeat it records the worker as live and extends the leases of all the 
 holds in one statement, whether their handler still runs or their outcome waits in the
 completer's buffer. An attempt missing from the answer lost its task (its run was cancelled
 or failed, or its lease ran out and the task was taken over): its handler is cancelled, and
-its writes roll back. ``hurry()`` cancels the handlers still running, for shutdown.
+its writes roll back. A handler whose lease could not be renewed (the database out of reach)
+is stopped before the lease runs out: past it another worker may run the task. ``hurry()``
+cancels the handlers still running, for shutdown.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ logger = logging.getLogger("cyclone")
 class _Held:
     claimed: Claimed
     task: asyncio.Task[None]
+    renewed: float  # the event loop's time of its claim, or its last renewal's send
     reason: str | None = None  # why we stopped it: "lost", "shutdown", "overdue", "limited"
     finishing: bool = False  # its handler is over: its task must not be cancelled
 
@@ -55,7 +58,7 @@ class LeaseKeeper:
 
     def hold(self, claimed: Claimed, task: asyncio.Task[None]) -> None:
         """Keep the lease of an attempt whose ``task`` has just started."""
-        self._held[claimed.key] = _Held(claimed, task)
+        self._held[claimed.key] = _Held(claimed, task, asyncio.get_running_loop().time())
         self.idle.clear()
 
     def drop(self, claimed: Claimed) -> None:
@@ -107,13 +110,36 @@ class LeaseKeeper:
         return True
 
     async def run(self) -> None:
-        """Beat every ``interval`` seconds until cancelled."""
-        await every(self._interval, self.beat, what="heartbeat", worker_id=self._worker_id)
+        """Beat every ``interval`` seconds until cancelled, and stop the handlers whose
+        leases could not be renewed in time."""
+        guard, worker = min(self._interval, 1.0), self._worker_id
+        await asyncio.gather(
+            every(self._interval, self.beat, what="heartbeat", worker_id=worker),
+            every(guard, lambda: self._expiring(guard), what="lease guard", worker_id=worker),
+        )
+
+    async def _expiring(self, margin: float) -> None:
+        """Stop, as lost, the handlers whose leases run out within ``margin`` seconds unrenewed
+        (the database out of reach): past their lease another worker may run the task."""
+        now = asyncio.get_running_loop().time()
+        for h in list(self._held.values()):
+            if h.reason is None and not h.finishing and h.renewed + self._lease - margin <= now:
+                h.reason = "lost"
+                h.task.cancel()
+                logger.warning(
+                    "%s: its lease could not be renewed for %.3g s (the database is out of "
+                    "reach); the handler is stopped before the lease runs out, as another "
+                    "worker may then run the task",
+                    h.claimed,
+                    now - h.renewed,
+                    extra=h.claimed.log_fields(),
+                )
 
     async def beat(self) -> None:
         """Record this worker as live, renew its leases, and stop handlers that lost theirs."""
         held = list(self._held.values())
         q = self._database.queries
+        sent = asyncio.get_running_loop().time()
         async with self._database.acquire() as conn:
             await self._present(conn)
             if not held:
@@ -123,6 +149,8 @@ class LeaseKeeper:
             )
         lost = []
         for h in held:
+            if h.claimed.key in owned:
+                h.renewed = sent
             if h.finishing:
                 continue  # its outcome may have deleted the task just now
             if h.claimed.key not in owned and self._held.get(h.claimed.key) is h:
