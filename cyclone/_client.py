@@ -58,7 +58,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cyclone")
 
 
-_MIGRATE_TRIES = 5
+_MIGRATE_TRIES = 30  # of a migrate that met a deadlock, or a lock it would wait too long for
+MIGRATE_LOCK_TIMEOUT = "1s"
+"""How long a migration's statement waits for a table's lock before migrate tries again."""
 _THROUGHPUT_MAX_MINUTES = 24 * 60
 _T = TypeVar("_T")
 
@@ -150,24 +152,32 @@ class Client(AsyncResource):
         for attempt in range(1, _MIGRATE_TRIES + 1):
             try:
                 async with self._services.database.transact() as conn:
-                    applied = await db.migrations_apply(conn, self._queries)
+                    applied = await db.migrations_apply(conn, self._queries, MIGRATE_LOCK_TIMEOUT)
                 break
             except asyncpg.ReadOnlySQLTransactionError as exc:
                 raise ReadOnlyServerError(self.schema) from exc
-            except asyncpg.DeadlockDetectedError:
+            except (asyncpg.DeadlockDetectedError, asyncpg.LockNotAvailableError) as exc:
                 # A migration that locks tables can meet running workers locking rows in
-                # another order; PostgreSQL aborts one side, and both sides try again.
+                # another order (PostgreSQL aborts one side, and both try again), or a long
+                # transaction holding a table it alters: it gives way rather than queue every
+                # claim behind it, and tries again.
                 if attempt == _MIGRATE_TRIES:
                     raise
+                met = (
+                    "a deadlock with"
+                    if isinstance(exc, asyncpg.DeadlockDetectedError)
+                    else (f"a lock held over {MIGRATE_LOCK_TIMEOUT} by")
+                )
                 logger.warning(
-                    "migrating schema %s met a deadlock with running workers; trying again "
+                    "migrating schema %s met %s another session; rolled back, trying again "
                     "(%d of %d)",
                     self.schema,
+                    met,
                     attempt + 1,
                     _MIGRATE_TRIES,
                     extra={"schema": self.schema},
                 )
-                await asyncio.sleep(0.05 * attempt)
+                await asyncio.sleep(min(2.0, 0.05 * attempt))
         if applied:
             logger.info(
                 "applied migrations %s to schema %s",

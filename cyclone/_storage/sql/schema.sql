@@ -4,6 +4,12 @@
 -- name: migrations_lock(schema)
 SELECT pg_advisory_xact_lock(1668899692, hashtext(:schema));
 
+-- name: migrations_lock_timeout(timeout)
+-- For the rest of the migrating transaction, give up a lock not granted within :timeout
+-- (text, such as '1s'): a DDL statement waiting for its table's lock queues every claim,
+-- enqueue and heartbeat behind it, so it waits a moment at most, and migrate tries again.
+SELECT set_config('lock_timeout', :timeout, true);
+
 -- name: schema_create
 CREATE SCHEMA IF NOT EXISTS __schema__;
 

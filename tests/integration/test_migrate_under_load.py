@@ -1,0 +1,54 @@
+"""Migrating a schema in use: a migration's statement that waits for a table's lock gives way
+after a moment (``lock_timeout``) rather than queue every claim, enqueue and heartbeat on
+that table behind it, and migrate tries again until it goes through."""
+
+from __future__ import annotations
+
+import asyncio
+
+import cyclone
+from cyclone._storage.loader import Queries
+from cyclone.testing.plugin import CycloneEnv
+from tests.conftest import Records, waiting_on_a_lock
+
+
+async def one_migration_behind(env: CycloneEnv, schema: str) -> None:
+    queries = Queries(schema)
+    async with env.pool.acquire() as conn:
+        await conn.execute(queries["schema_create"])
+        await conn.execute(queries["migrations_table"])
+        for m in queries.migrations[:-1]:
+            await conn.execute(m.sql)
+            sql, args = queries.bind("migrations_record", {"version": m.version, "name": m.name})
+            await conn.execute(sql, *args)
+
+
+async def test_a_migration_waiting_for_a_lock_lets_the_others_through(
+    cyclone_env: CycloneEnv, records: Records
+) -> None:
+    """The last migration alters cyclone_workers while a long transaction reads it. The
+    heartbeat's upsert into that table, behind the migration's lock request, goes through
+    while the long transaction still runs; the migration is applied once it ends."""
+    schema = "under_load"
+    await one_migration_behind(cyclone_env, schema)
+    client = cyclone.Client(cyclone_env.pool, schema=schema, notify=False)
+    async with cyclone_env.pool.acquire() as long_tx, long_tx.transaction():
+        await long_tx.fetch(f"SELECT * FROM {schema}.cyclone_workers")  # holds ACCESS SHARE
+        migrating = asyncio.get_running_loop().create_task(client.migrate())
+        await waiting_on_a_lock(cyclone_env)  # the ALTER waits behind the long transaction
+        # A heartbeat's write to the table: without the lock timeout, it would queue behind
+        # the ALTER, which queues behind the long transaction, for as long as that lasts.
+        async with cyclone_env.pool.acquire() as beat:
+            await asyncio.wait_for(
+                beat.execute(
+                    f"INSERT INTO {schema}.cyclone_workers"
+                    " (id, host, pid, queues, kinds, workflows, expires_at)"
+                    " VALUES ('w', 'h', 1, '{}', '{}', '{}', now())"
+                ),
+                30,
+            )
+        await records.wait_for("rolled back, trying again")
+        assert not migrating.done()
+    applied = await asyncio.wait_for(migrating, 60)
+    assert applied == [Queries(schema).migrations[-1].version]
+    await client.aclose()
