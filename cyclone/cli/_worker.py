@@ -13,6 +13,7 @@ import click
 from click.core import ParameterSource
 
 from cyclone._client import Client
+from cyclone._model.errors import SchemaNotMigratedError
 from cyclone._model.steps import Step
 from cyclone._model.workflows import Workflow
 from cyclone._services.readiness import check as check_migrations
@@ -47,8 +48,18 @@ def dev_db() -> None:
 
 
 @command(main)
-def migrate(ctx: click.Context) -> None:
+@click.option(
+    "--check",
+    "only_check",
+    is_flag=True,
+    help="Apply nothing: list the migrations the schema lacks, and exit 1 if it lacks any "
+    "(for a deploy pipeline).",
+)
+def migrate(ctx: click.Context, only_check: bool) -> None:
     """Create or update Cyclone's tables."""
+    if only_check:
+        _check_pending(ctx)
+        return
 
     async def go(client: Client) -> list[int]:
         applied = await client.migrate()
@@ -61,6 +72,28 @@ def migrate(ctx: click.Context) -> None:
 
     applied = with_client(ctx, go, check=False)
     click.echo(f"{_applied_text(applied)}; schema {ctx.obj['schema']} is up to date ({_latest()})")
+
+
+def _check_pending(ctx: click.Context) -> None:
+    """``migrate --check``: say what the schema lacks (exit 1) or that it is up to date; a
+    schema newer than this package fails as every command does (upgrade cyclone-pg)."""
+
+    async def pending(client: Client) -> list[int]:
+        async with client._services.database.acquire() as conn:
+            try:
+                await check_migrations(conn, client._queries)
+            except SchemaNotMigratedError as exc:
+                return exc.missing
+        return []
+
+    missing = with_client(ctx, pending, check=False)
+    schema = ctx.obj["schema"]
+    if not missing:
+        click.echo(f"schema {schema} is up to date ({_latest()})")
+        return
+    names = ", ".join(_migration_name(v) for v in missing)
+    lacks = f"{len(missing)} migration{'s' * (len(missing) != 1)}"
+    raise Failure(f"schema {schema} lacks {lacks}: {names}; run `cyclone migrate` to apply them")
 
 
 def _migration_name(version: int) -> str:

@@ -341,3 +341,31 @@ async def test_dev_db_serves_until_interrupted() -> None:
         await conn.close()
         proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), 60) == 0
+
+
+async def test_migrate_check_lists_what_the_schema_lacks_and_exits_1(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """For a deploy pipeline: nothing is applied; exit 1 while migrations are pending."""
+    code, out, err = await cli("--schema", "cli_check", "migrate", "--check", dsn=cyclone_env.dsn)
+    line = one_line_error(code, err)
+    assert code == 1 and out == ""
+    assert f"schema cli_check lacks {len(MIGRATIONS)} migrations: 0001_init" in line
+    assert "run `cyclone migrate`" in line
+    tables = await cyclone_env.pool.fetchval(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'cli_check'"
+    )
+    assert tables == 0  # applied nothing
+    await cyclone.Client(cyclone_env.pool, schema="cli_check").migrate()
+    code, out, err = await cli("--schema", "cli_check", "migrate", "--check", dsn=cyclone_env.dsn)
+    last = MIGRATIONS[-1]
+    assert (code, out.strip()) == (
+        0,
+        f"schema cli_check is up to date (migration {last.version}, "
+        f"{last.version:04d}_{last.name})",
+    ), err
+    await cyclone_env.pool.execute(
+        "INSERT INTO cli_check.cyclone_migrations (version, name) VALUES (9999, 'from_the_future')"
+    )
+    code, _, err = await cli("--schema", "cli_check", "migrate", "--check", dsn=cyclone_env.dsn)
+    assert code == 1 and "upgrade cyclone-pg" in one_line_error(code, err)
