@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 
 import cyclone
+from cyclone._storage.loader import Queries
 from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,6 +208,18 @@ async def count_rows(env: CycloneEnv, table: str, where: str = "true") -> int:
     """Rows in one of Cyclone's tables (``where``: a condition of the test's own)."""
     assert table in {"cyclone_runs", "cyclone_steps", "cyclone_edges", "cyclone_tasks"}
     return int(await env.pool.fetchval(f"SELECT count(*) FROM public.{table} WHERE {where}"))
+
+
+async def one_migration_behind(env: CycloneEnv, schema: str) -> None:
+    """Make ``schema`` as the previous release left it: every migration but the last."""
+    queries = Queries(schema)
+    async with env.pool.acquire() as conn:
+        await conn.execute(queries["schema_create"])
+        await conn.execute(queries["migrations_table"])
+        for m in queries.migrations[:-1]:
+            await conn.execute(m.sql)
+            sql, args = queries.bind("migrations_record", {"version": m.version, "name": m.name})
+            await conn.execute(sql, *args)
 
 
 async def waiting_on_a_lock(env: CycloneEnv, pid: int | None = None) -> None:

@@ -13,11 +13,11 @@ import asyncpg
 import pytest
 
 import cyclone
-from cyclone._storage.loader import MIGRATIONS, Queries
+from cyclone._storage.loader import MIGRATIONS
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.app import backwards, echo, fail, pipeline, slow
 from tests.cli.process import SCRIPT, cli, environment, one_line_error
-from tests.conftest import ROOT, reaped
+from tests.conftest import ROOT, one_migration_behind, reaped
 
 # Here, not in tests.cli.app: the CLI's workers, which import that, are not given it.
 mapped = cyclone.define("cli.mapped", list[int])
@@ -44,14 +44,7 @@ async def test_migrate_says_where_the_schema_is(cyclone_env: CycloneEnv) -> None
 
 async def test_migrate_names_what_it_applied(cyclone_env: CycloneEnv) -> None:
     """A schema one migration behind (an upgrade): migrate applies that one, by name."""
-    queries = Queries("cli_behind")
-    async with cyclone_env.pool.acquire() as conn:
-        await conn.execute(queries["schema_create"])
-        await conn.execute(queries["migrations_table"])
-        for m in queries.migrations[:-1]:
-            await conn.execute(m.sql)
-            sql, args = queries.bind("migrations_record", {"version": m.version, "name": m.name})
-            await conn.execute(sql, *args)
+    await one_migration_behind(cyclone_env, "cli_behind")
     last = MIGRATIONS[-1]
     latest = f"{last.version:04d}_{last.name}"
     code, out, err = await cli("--schema", "cli_behind", "migrate", dsn=cyclone_env.dsn)

@@ -9,18 +9,7 @@ import asyncio
 import cyclone
 from cyclone._storage.loader import Queries
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import Records, waiting_on_a_lock
-
-
-async def one_migration_behind(env: CycloneEnv, schema: str) -> None:
-    queries = Queries(schema)
-    async with env.pool.acquire() as conn:
-        await conn.execute(queries["schema_create"])
-        await conn.execute(queries["migrations_table"])
-        for m in queries.migrations[:-1]:
-            await conn.execute(m.sql)
-            sql, args = queries.bind("migrations_record", {"version": m.version, "name": m.name})
-            await conn.execute(sql, *args)
+from tests.conftest import Records, one_migration_behind, waiting_on_a_lock
 
 
 async def test_a_migration_waiting_for_a_lock_lets_the_others_through(
