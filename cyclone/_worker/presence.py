@@ -76,9 +76,22 @@ class Presence:
 
     async def start(self) -> None:
         """Take the liveness lock (before the first claim, and before the row names it),
-        then record the worker as present."""
+        then record the worker as present. A worker started again under the id of one that
+        died releases that one's tasks first (its row still names the old, free lock)."""
         if self.key is not None:
             await self._hold()
+            async with self._services.database.acquire() as conn:
+                twin = await db.worker_twin(
+                    conn, self._services.database.queries, self._worker_id, self.key
+                )
+            if twin:
+                await self._close()  # the row is the other worker's: it stays
+                raise InvalidStateError(
+                    f"another live worker runs as {self._worker_id!r} (its session holds its "
+                    "liveness lock): give each worker its own worker_id, or stop the other "
+                    "first; two workers under one id would be rescued for each other's death"
+                )
+            await self._rescue()
         async with self._services.database.acquire() as conn:
             await self.present(conn)
 
@@ -100,11 +113,7 @@ class Presence:
 
     async def leave(self) -> None:
         """Close the liveness session and remove the presence row (it would expire anyway)."""
-        self._stopped = True
-        if self._regain is not None:
-            self._regain.cancel()
-        if self._session is not None:
-            await self._session.close()
+        await self._close()
         try:
             async with self._services.database.acquire() as conn:
                 await db.worker_leave(conn, self._services.database.queries, self._worker_id)
@@ -116,6 +125,13 @@ class Presence:
                 self._ttl,
                 extra=self._log,
             )
+
+    async def _close(self) -> None:
+        self._stopped = True
+        if self._regain is not None:
+            self._regain.cancel()
+        if self._session is not None:
+            await self._session.close()
 
     async def probe(self) -> bool:
         """Whether a peer's liveness session has ended (its tasks are to be released now)."""

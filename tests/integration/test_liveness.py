@@ -138,3 +138,38 @@ async def test_a_row_naming_a_lock_nobody_holds_is_lost(cyclone_env: CycloneEnv)
         assert await run.result(timeout=20) == 7
     [error] = (await run.info()).nodes[0].errors
     assert error["type"] == "WorkerLost" and "ghost" in error["message"]
+
+
+async def test_a_second_live_worker_under_one_id_is_refused(cyclone_env: CycloneEnv) -> None:
+    """Two live workers under one id would share a row, and one's death would release the
+    other's tasks: the second is refused at start. Once the first stops, the id is free."""
+    async with fast_worker(cyclone_env.client, steps=[hold], worker_id="twin"):
+        second = fast_worker(cyclone_env.client, steps=[hold], worker_id="twin")
+        with pytest.raises(cyclone.InvalidStateError, match="another live worker runs as 'twin'"):
+            await second.start()
+        row = await cyclone_env.pool.fetchval(
+            "SELECT count(*) FROM public.cyclone_workers WHERE id = 'twin'"
+        )
+        assert row == 1  # the first one's row is left alone
+    async with fast_worker(cyclone_env.client, steps=[hold], worker_id="twin") as again:
+        assert again._presence.live.is_set()
+
+
+async def test_a_worker_started_again_under_its_id_releases_its_old_tasks(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """A fixed worker_id (a pod's name) started again after its process died: the row still
+    names the old, free lock, so the new process releases the old one's tasks at start."""
+    run = await hold.enqueue(cyclone_env.client, 8)
+    q = cyclone_env.client._queries
+    async with cyclone_env.pool.acquire() as conn:
+        await db.worker_present(conn, q, "pod-1", "h", 1, ["live"], ["live.hold"], [], 60, 43)
+        await conn.execute(
+            "UPDATE public.cyclone_tasks SET state = 'running', worker = 'pod-1', claims = 1,"
+            " attempt = 1, lease_until = now() + interval '1 hour' WHERE run_id = $1",
+            run.id,
+        )
+    async with fast_worker(cyclone_env.client, steps=[hold], worker_id="pod-1"):
+        assert await run.result(timeout=20) == 8
+    [error] = (await run.info()).nodes[0].errors
+    assert error["type"] == "WorkerLost"

@@ -79,6 +79,7 @@ from cyclone._storage.queries.maintenance import (
     worker_list,
     worker_liveness_hold,
     worker_present,
+    worker_twin,
     workers_lost,
 )
 from cyclone._storage.queries.runs import (
@@ -230,6 +231,7 @@ __all__ = [
     "worker_list",
     "worker_liveness_hold",
     "worker_present",
+    "worker_twin",
     "workers_lost",
     "workflow_find_key",
     "workflow_insert",

@@ -36,6 +36,13 @@ async def workers_lost(conn: Conn, q: Queries) -> list[str]:
     return [r["id"] for r in await fetch(conn, q, "workers_lost")]
 
 
+async def worker_twin(conn: Conn, q: Queries, worker: str, key: int) -> bool:
+    """Whether another live worker, holding a liveness lock other than ``key``, runs as
+    ``worker``."""
+    twin: bool = await fetchval(conn, q, "worker_twin", worker=worker, key=key)
+    return twin
+
+
 async def worker_liveness_hold(conn: Conn, q: Queries, key: int) -> bool:
     """Take the liveness lock ``key`` on this session; False while another holds it."""
     held: bool = await fetchval(conn, q, "worker_liveness_hold", key=key)

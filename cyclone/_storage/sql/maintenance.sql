@@ -178,6 +178,17 @@ ON CONFLICT (id) DO UPDATE
 SET seen_at = __now__, expires_at = excluded.expires_at, queues = excluded.queues,
     kinds = excluded.kinds, workflows = excluded.workflows, liveness = excluded.liveness;
 
+-- name: worker_twin(worker, key)
+-- Whether another live worker already runs under :worker: its presence row is live and
+-- names a liveness lock other than :key that a session still holds.
+SELECT EXISTS (
+    SELECT 1 FROM __schema__.cyclone_workers w
+    JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+        AND l.classid = 1668899693 AND l.objid = w.liveness::oid
+        AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+    WHERE w.id = :worker AND w.expires_at >= __now__ AND w.liveness <> :key
+);
+
 -- name: worker_liveness_hold(key)
 -- Take this worker's liveness lock on its own session, for as long as the session lives
 -- (lost_workers); false while another session still holds it.
