@@ -17,7 +17,7 @@ from cyclone._storage.loader import MIGRATIONS
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.app import backwards, echo, fail, pipeline, slow
 from tests.cli.process import SCRIPT, cli, environment, one_line_error
-from tests.conftest import ROOT, one_migration_behind, reaped
+from tests.conftest import ROOT, fast_worker, one_migration_behind, reaped
 
 # Here, not in tests.cli.app: the CLI's workers, which import that, are not given it.
 mapped = cyclone.define("cli.mapped", list[int])
@@ -216,6 +216,37 @@ async def test_worker_runs_until_a_signal(cyclone_env: CycloneEnv) -> None:
         assert await flow.wait(timeout=60) is cyclone.RunState.COMPLETED
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 60) == 0
+
+
+async def test_a_worker_killed_in_its_shutdown_grace_is_rescued_at_once(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """A deploy: SIGTERM, the worker waits for its running handler (up to its shutdown
+    timeout), and the orchestrator's grace runs out first: SIGKILL. The handler's task is
+    claimed again by a peer at once, by the liveness rescue, not after the 30 s lease."""
+    started: asyncio.Queue[Any] = asyncio.Queue()
+    listener = await asyncpg.connect(cyclone_env.dsn)
+    await listener.add_listener("cli_started", lambda *a: started.put_nowait(a[-1]))
+    run = await slow.enqueue(cyclone_env.client, 3600.0)
+    try:
+        async with reaped(await start_worker(cyclone_env.dsn, "--shutdown-timeout", "600")) as proc:
+            await asyncio.wait_for(started.get(), 60)
+            async with fast_worker(cyclone_env.client, steps=[slow], lease=30.0) as peer:
+                proc.send_signal(signal.SIGTERM)
+                assert proc.stderr is not None
+                while b"stopping gracefully" not in await asyncio.wait_for(
+                    proc.stderr.readline(), 60
+                ):
+                    pass
+                proc.send_signal(signal.SIGKILL)
+                assert await proc.wait() == -signal.SIGKILL
+                # Well inside the 30 s lease: the peer runs attempt 2.
+                assert await asyncio.wait_for(started.get(), 20) == str(run.id)
+                peer.hurry()
+    finally:
+        await listener.close()
+    [error] = (await run.info()).nodes[0].errors
+    assert error["type"] == "WorkerLost"
 
 
 async def test_second_signal_stops_at_once(cyclone_env: CycloneEnv) -> None:
