@@ -49,6 +49,20 @@ async def liveness_backend(env: CycloneEnv, worker: cyclone.Worker) -> int:
     return pid
 
 
+async def dead_worker_running(env: CycloneEnv, run: cyclone.Run, worker: str, key: int) -> None:
+    """As a killed worker leaves things: its live row names lock ``key``, which no session
+    holds, and the run's task is running under it, leased for an hour."""
+    async with env.pool.acquire() as conn:
+        q = env.client._queries
+        await db.worker_present(conn, q, worker, "h", 1, ["live"], ["live.hold"], [], 60, key)
+        await conn.execute(
+            "UPDATE public.cyclone_tasks SET state = 'running', worker = $2, claims = 1,"
+            " attempt = 1, lease_until = now() + interval '1 hour' WHERE run_id = $1",
+            run.id,
+            worker,
+        )
+
+
 async def test_a_worker_holds_its_liveness_lock_and_names_it(cyclone_env: CycloneEnv) -> None:
     async with fast_worker(cyclone_env.client, steps=[hold]) as worker:
         row = await cyclone_env.pool.fetchrow(
@@ -117,13 +131,8 @@ async def test_a_row_naming_a_lock_nobody_holds_is_lost(cyclone_env: CycloneEnv)
     released with WorkerLost by any worker's maintenance."""
     run = await hold.enqueue(cyclone_env.client, 7)
     q = cyclone_env.client._queries
+    await dead_worker_running(cyclone_env, run, "ghost", 42)
     async with cyclone_env.pool.acquire() as conn:
-        await db.worker_present(conn, q, "ghost", "h", 1, ["live"], ["live.hold"], [], 60, 42)
-        await conn.execute(
-            "UPDATE public.cyclone_tasks SET state = 'running', worker = 'ghost', claims = 1,"
-            " attempt = 1, lease_until = now() + interval '1 hour' WHERE run_id = $1",
-            run.id,
-        )
         assert await db.workers_lost(conn, q) == ["ghost"]
         # A session that takes the lock makes it live again.
         other = await asyncpg.connect(cyclone_env.dsn)
@@ -161,14 +170,7 @@ async def test_a_worker_started_again_under_its_id_releases_its_old_tasks(
     """A fixed worker_id (a pod's name) started again after its process died: the row still
     names the old, free lock, so the new process releases the old one's tasks at start."""
     run = await hold.enqueue(cyclone_env.client, 8)
-    q = cyclone_env.client._queries
-    async with cyclone_env.pool.acquire() as conn:
-        await db.worker_present(conn, q, "pod-1", "h", 1, ["live"], ["live.hold"], [], 60, 43)
-        await conn.execute(
-            "UPDATE public.cyclone_tasks SET state = 'running', worker = 'pod-1', claims = 1,"
-            " attempt = 1, lease_until = now() + interval '1 hour' WHERE run_id = $1",
-            run.id,
-        )
+    await dead_worker_running(cyclone_env, run, "pod-1", 43)
     async with fast_worker(cyclone_env.client, steps=[hold], worker_id="pod-1"):
         assert await run.result(timeout=20) == 8
     [error] = (await run.info()).nodes[0].errors
