@@ -80,20 +80,23 @@ class Presence:
         died releases that one's tasks first (its row still names the old, free lock)."""
         if self.key is not None:
             await self._hold()
+        try:
             async with self._services.database.acquire() as conn:
-                twin = await db.worker_twin(
-                    conn, self._services.database.queries, self._worker_id, self.key
-                )
-            if twin:
-                await self._close()  # the row is the other worker's: it stays
-                raise InvalidStateError(
-                    f"another live worker runs as {self._worker_id!r} (its session holds its "
-                    "liveness lock): give each worker its own worker_id, or stop the other "
-                    "first; two workers under one id would be rescued for each other's death"
-                )
-            await self._rescue()
-        async with self._services.database.acquire() as conn:
-            await self.present(conn)
+                if self.key is not None:
+                    await self._check_twin(conn, self.key)
+                    await self._rescue()
+                await self.present(conn)
+        except BaseException:
+            await self._close()  # a failed start holds no session (the row is left alone)
+            raise
+
+    async def _check_twin(self, conn: db.Conn, key: int) -> None:
+        if await db.worker_twin(conn, self._services.database.queries, self._worker_id, key):
+            raise InvalidStateError(
+                f"another live worker runs as {self._worker_id!r} (its session holds its "
+                "liveness lock): give each worker its own worker_id, or stop the other "
+                "first; two workers under one id would be rescued for each other's death"
+            )
 
     async def present(self, conn: db.Conn) -> None:
         """Record this worker as live for a few more heartbeats, with what it claims."""

@@ -160,6 +160,10 @@ async def test_a_second_live_worker_under_one_id_is_refused(cyclone_env: Cyclone
             "SELECT count(*) FROM public.cyclone_workers WHERE id = 'twin'"
         )
         assert row == 1  # the first one's row is left alone
+        locks = await cyclone_env.pool.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668899693"
+        )
+        assert locks == 1  # the refused one kept no session
     async with fast_worker(cyclone_env.client, steps=[hold], worker_id="twin") as again:
         assert again._presence.live.is_set()
 
