@@ -82,7 +82,8 @@ class _Pass:
     async def expire(self) -> None:
         """Reclaim expired leases and lost workers' tasks, and fail what is overdue."""
         await self.reclaim(lost=False)
-        await self.reclaim(lost=True)
+        if await db.workers_lost(self.conn, self.services.database.queries):  # rarely any
+            await self.reclaim(lost=True)
         await self.expire_overdue()
 
     async def reclaim(self, *, lost: bool) -> None:
