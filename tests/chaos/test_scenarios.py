@@ -147,22 +147,28 @@ async def test_every_worker_killed(scene: Scene, record_figures: Any) -> None:
     await run(scene, record_figures, fault, mode="flow", rate=HALF_RATE)
 
 
+async def killed_three_times(
+    scene: Scene, record_figures: Any, mode: str, check: str
+) -> list[asyncpg.Record]:
+    """The workflows of ``mode`` at half the rate through three kills; then the rows of the
+    ``check`` query, which asserts what the mode promises beyond the ledger."""
+    await run(scene, record_figures, kill_three_times, mode=mode, rate=HALF_RATE)
+    async with asyncpg.create_pool(scene.dsn, min_size=1, max_size=1) as pool:
+        return await pool.fetch(check)
+
+
 async def test_map_sigkill(scene: Scene, record_figures: Any) -> None:
     """Workers SIGKILLed while "a" completes and its map node's items are written: every run
     still runs each item exactly once, and no map node has more or fewer items than its list."""
 
-    await run(
+    [row] = await killed_three_times(
         scene,
         record_figures,
-        kill_three_times,
-        mode="map",
-        rate=HALF_RATE,
+        "map",
+        "SELECT count(*) FROM cyclone_steps m WHERE m.node = 'm' AND m.items IS DISTINCT FROM"
+        " (SELECT count(*) FROM cyclone_steps i WHERE i.run_id = m.run_id AND i.map_of = 'm')",
     )
-    async with asyncpg.create_pool(scene.dsn, min_size=1, max_size=1) as pool:
-        uneven = await pool.fetchval(
-            "SELECT count(*) FROM cyclone_steps m WHERE m.node = 'm' AND m.items IS DISTINCT FROM"
-            " (SELECT count(*) FROM cyclone_steps i WHERE i.run_id = m.run_id AND i.map_of = 'm')"
-        )
+    uneven = row[0]
     assert uneven == 0, "a map node whose items are not the items of its list"
 
 
@@ -170,18 +176,13 @@ async def test_child_sigkill(scene: Scene, record_figures: Any) -> None:
     """Workers SIGKILLed while child nodes submit their child runs: every run has exactly
     one child run, which ran its node exactly once."""
 
-    await run(
+    counts = await killed_three_times(
         scene,
         record_figures,
-        kill_three_times,
-        mode="child",
-        rate=HALF_RATE,
+        "child",
+        "SELECT (SELECT count(*) FROM cyclone_runs r WHERE r.parent_run = l.run_id) AS n,"
+        " count(*) AS runs FROM chaos_ledger l GROUP BY 1",
     )
-    async with asyncpg.create_pool(scene.dsn, min_size=1, max_size=1) as pool:
-        counts = await pool.fetch(
-            "SELECT (SELECT count(*) FROM cyclone_runs r WHERE r.parent_run = l.run_id) AS n,"
-            " count(*) AS runs FROM chaos_ledger l GROUP BY 1"
-        )
     assert {r["n"]: r["runs"] for r in counts}.keys() == {1}, counts
 
 
