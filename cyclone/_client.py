@@ -23,7 +23,7 @@ from cyclone._enqueue.wakeups import TrackedConnection, track_wakeups
 from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._model.context import HandlerAttempt, HandlerContext
-from cyclone._model.errors import InvalidInputError, ReadOnlyServerError
+from cyclone._model.errors import InvalidInputError
 from cyclone._model.handles import (
     QueueStats,
     ResultRun,
@@ -38,6 +38,7 @@ from cyclone._model.handles import (
 from cyclone._model.keys import validate_name
 from cyclone._model.options import seconds, validate_int
 from cyclone._model.wakeups import Wakeups
+from cyclone._services import migrator
 from cyclone._services.bundle import Services
 from cyclone._services.database import Database
 from cyclone._services.notifier import Notifier
@@ -58,9 +59,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cyclone")
 
 
-_MIGRATE_TRIES = 30  # of a migrate that met a deadlock, or a lock it would wait too long for
-MIGRATE_LOCK_TIMEOUT = "1s"
-"""How long a migration's statement waits for a table's lock before migrate tries again."""
 _THROUGHPUT_MAX_MINUTES = 24 * 60
 _T = TypeVar("_T")
 
@@ -145,47 +143,12 @@ class Client(AsyncResource):
         await self._services.database.aclose()
 
     async def migrate(self) -> list[int]:
-        """Create or update Cyclone's tables; safe to call from many processes at once.
+        """Create or update Cyclone's tables; safe to call from many processes at once, and
+        while workers run (docs/operations.md, "Migrations").
 
         Returns the migration versions this call applied (empty when up to date).
         """
-        for attempt in range(1, _MIGRATE_TRIES + 1):
-            try:
-                async with self._services.database.transact() as conn:
-                    applied = await db.migrations_apply(conn, self._queries, MIGRATE_LOCK_TIMEOUT)
-                break
-            except asyncpg.ReadOnlySQLTransactionError as exc:
-                raise ReadOnlyServerError(self.schema) from exc
-            except (asyncpg.DeadlockDetectedError, asyncpg.LockNotAvailableError) as exc:
-                # A migration that locks tables can meet running workers locking rows in
-                # another order (PostgreSQL aborts one side, and both try again), or a long
-                # transaction holding a table it alters: it gives way rather than queue every
-                # claim behind it, and tries again.
-                if attempt == _MIGRATE_TRIES:
-                    raise
-                met = (
-                    "a deadlock with"
-                    if isinstance(exc, asyncpg.DeadlockDetectedError)
-                    else (f"a lock held over {MIGRATE_LOCK_TIMEOUT} by")
-                )
-                logger.warning(
-                    "migrating schema %s met %s another session; rolled back, trying again "
-                    "(%d of %d)",
-                    self.schema,
-                    met,
-                    attempt + 1,
-                    _MIGRATE_TRIES,
-                    extra={"schema": self.schema},
-                )
-                await asyncio.sleep(min(2.0, 0.05 * attempt))
-        if applied:
-            logger.info(
-                "applied migrations %s to schema %s",
-                applied,
-                self.schema,
-                extra={"schema": self.schema},
-            )
-        return applied
+        return await migrator.migrate(self._services.database)
 
     async def check_schema(self) -> None:
         """Raise :class:`SchemaNotMigratedError` if the schema lacks migrations this package

@@ -19,7 +19,9 @@ A ``-- fragment: name`` header defines shared text that is not a statement of it
 Two tokens are filled in per client (:class:`Queries`): ``__schema__``, the client's
 schema, validated and quoted; ``__now__``, the clock (``now()``, unless a test moves it).
 ``migrations/NNNN_name.sql`` are applied in order by :func:`cyclone.Client.migrate`, as they
-are (they are the schema's history: only ``__schema__`` is filled in).
+are (they are the schema's history: only ``__schema__`` is filled in). One whose first line
+is ``-- apply: concurrently`` holds only index builds (``CREATE INDEX CONCURRENTLY IF NOT
+EXISTS``) and drops, applied outside a transaction, one statement at a time.
 
 A statement the loader cannot read (a parameter used but not declared, or declared and not
 used, a positional ``$1``, a malformed name) raises :class:`SqlLoadError` at import.
@@ -174,13 +176,55 @@ def parse_folder(folder: Traversable) -> dict[str, Statement]:
 _STATEMENTS = parse_folder(resources.files("cyclone._storage").joinpath("sql"))
 
 
+CONCURRENTLY = "-- apply: concurrently"
+"""The first line of a migration applied outside a transaction, one statement at a time."""
+
+_INDEX_BUILD = re.compile(
+    r"CREATE (?:UNIQUE )?INDEX CONCURRENTLY IF NOT EXISTS (\w+) ON __schema__\.\w+ .*"
+    r"|DROP INDEX CONCURRENTLY IF EXISTS __schema__\.\w+",
+    re.DOTALL,
+)
+_DROP_INVALID = "DROP INDEX CONCURRENTLY IF EXISTS __schema__.{index}"
+
+
+@dataclass(frozen=True)
+class Build:
+    """One statement of a concurrent migration; ``index``: the index a ``CREATE`` builds
+    (an invalid one of that name, left by a build that failed, is dropped before it)."""
+
+    sql: str
+    index: str | None
+
+
 @dataclass(frozen=True)
 class Migration:
-    """One versioned migration file."""
+    """One versioned migration file. ``builds``: the statements of a concurrent migration
+    (its first line :data:`CONCURRENTLY`), empty for one applied in the migrating
+    transaction."""
 
     version: int
     name: str
     sql: str
+    builds: tuple[Build, ...] = ()
+
+
+def parse_migration(version: int, name: str, text: str) -> Migration:
+    """A migration from its file's text; :class:`SqlLoadError` for a concurrent one with a
+    statement other than an index built or dropped concurrently, idempotently
+    (``CREATE INDEX CONCURRENTLY IF NOT EXISTS``, ``DROP INDEX CONCURRENTLY IF EXISTS``)."""
+    if not text.startswith(CONCURRENTLY + "\n"):
+        return Migration(version, name, text)
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    builds = []
+    for statement in filter(None, (" ".join(s.split()) for s in code.split(";"))):
+        match = _INDEX_BUILD.fullmatch(statement)
+        if match is None:
+            raise SqlLoadError(
+                f"migration {version:04d}_{name}: a concurrent migration only builds or drops "
+                f"indexes, concurrently and idempotently, not {statement[:60]!r}"
+            )
+        builds.append(Build(statement, match[1]))
+    return Migration(version, name, text, tuple(builds))
 
 
 def _migrations() -> tuple[Migration, ...]:
@@ -189,7 +233,7 @@ def _migrations() -> tuple[Migration, ...]:
     for entry in folder.iterdir():
         match = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
         if match:
-            found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))
+            found.append(parse_migration(int(match[1]), match[2], entry.read_text("utf-8")))
     found.sort(key=lambda m: m.version)
     return tuple(found)
 
@@ -229,12 +273,21 @@ class Queries:
             for name, s in _STATEMENTS.items()
         }
         self._params = {name: frozenset(s.params) for name, s in _STATEMENTS.items()}
-        self.migrations = tuple(
-            Migration(m.version, m.name, m.sql.replace(_SCHEMA_TOKEN, quoted)) for m in MIGRATIONS
-        )
+        self.migrations = tuple(self.migration(m) for m in MIGRATIONS)
 
     def __getitem__(self, name: str) -> str:
         return self._text[name]
+
+    def migration(self, m: Migration) -> Migration:
+        """Migration ``m`` with this client's schema filled in."""
+        quoted = f'"{self.schema}"'
+        builds = tuple(Build(b.sql.replace(_SCHEMA_TOKEN, quoted), b.index) for b in m.builds)
+        return Migration(m.version, m.name, m.sql.replace(_SCHEMA_TOKEN, quoted), builds)
+
+    def index_drop(self, index: str) -> str:
+        """The statement that drops ``index`` (an invalid leftover of a concurrent build)."""
+        name = validate_identifier(index, what="index")
+        return _DROP_INVALID.format(index=name).replace(_SCHEMA_TOKEN, f'"{self.schema}"')
 
     def bind(self, name: str, values: Mapping[str, object]) -> tuple[str, list[object]]:
         """Statement ``name``'s text and its arguments in ``$n`` order, from ``values`` by

@@ -116,7 +116,11 @@ from cyclone._storage.queries.schedules import (
     schedule_trigger,
     schedule_update,
 )
-from cyclone._storage.queries.schema import migrations_applied, migrations_apply
+from cyclone._storage.queries.schema import (
+    migration_apply_concurrently,
+    migrations_applied,
+    migrations_apply,
+)
 from cyclone._storage.queries.server import server_backend_pid, server_statement_exists
 from cyclone._storage.queries.workflow import (
     map_expand,
@@ -163,6 +167,7 @@ __all__ = [
     "kind_limits_set",
     "map_expand",
     "map_settle",
+    "migration_apply_concurrently",
     "migrations_applied",
     "migrations_apply",
     "node_advance",
