@@ -54,6 +54,7 @@ from cyclone._model.errors import (
     UnknownQueueError,
     UnsupportedPoolerError,
 )
+from cyclone._model.explain import Explanation, LimitReached, Reason, ReasonCode
 from cyclone._model.handles import (
     NodeInfo,
     NodePayloads,
@@ -107,6 +108,7 @@ __all__ = [
     "DuplicateError",
     "EnqueueManyOptions",
     "EnqueueOptions",
+    "Explanation",
     "InvalidInputError",
     "InvalidKeyError",
     "InvalidLimitError",
@@ -118,6 +120,7 @@ __all__ = [
     "Kind",
     "KindLimits",
     "LifecycleError",
+    "LimitReached",
     "NoOutputError",
     "Node",
     "NodeInfo",
@@ -131,6 +134,8 @@ __all__ = [
     "QueueStats",
     "Queues",
     "ReadOnlyServerError",
+    "Reason",
+    "ReasonCode",
     "ResultRun",
     "ResultWorkflow",
     "Retention",

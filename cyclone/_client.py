@@ -24,6 +24,7 @@ from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._model.context import HandlerAttempt, HandlerContext
 from cyclone._model.errors import InvalidInputError
+from cyclone._model.explain import Explanation
 from cyclone._model.handles import (
     QueueStats,
     ResultRun,
@@ -41,6 +42,7 @@ from cyclone._model.wakeups import Wakeups
 from cyclone._services import migrator
 from cyclone._services.bundle import Services
 from cyclone._services.database import Database
+from cyclone._services.explain import explain
 from cyclone._services.notifier import Notifier
 from cyclone._services.observe import Observer, Observers
 from cyclone._services.publisher import Publisher
@@ -300,6 +302,27 @@ class Client(AsyncResource):
         async with self._services.database.acquire() as conn:
             rows = await db.worker_list(conn, self._queries)
         return [WorkerInfo(**dict(r)) for r in rows]
+
+    async def explain(self, run: Run | uuid.UUID) -> Explanation:
+        """Why ``run`` (a handle or a run id) is not running: one :class:`Reason` per node
+        that is not done, each with a :class:`ReasonCode`, a sentence saying what goes on and
+        what to do, and the facts behind it (docs/troubleshooting.md, "Why is my run not
+        running?"). A run that has ended gets one reason saying how it ended.
+
+        Read-only, by key (the run, its nodes and tasks, their queues' flow control and the
+        live workers), so it is cheap enough to call in a loop. :class:`RunNotFoundError` if
+        the run is not visible.
+        """
+        if isinstance(run, Run):
+            run_id = run.id
+        elif isinstance(run, uuid.UUID):
+            run_id = run
+        else:
+            raise InvalidInputError(
+                f"explain() takes a cyclone.Run or a uuid.UUID, got {type(run).__name__}: "
+                f"pass uuid.UUID(text) for a run id in text"
+            )
+        return await explain(self._services.database, run_id)
 
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output.

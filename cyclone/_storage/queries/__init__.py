@@ -50,6 +50,7 @@ from cyclone._storage.queries.dashboard import (
     run_walk_end,
     throughput_minutes,
 )
+from cyclone._storage.queries.explain import node_explain
 from cyclone._storage.queries.flow import (
     kind_limits_list,
     kind_limits_set,
@@ -172,6 +173,7 @@ __all__ = [
     "migrations_apply",
     "node_advance",
     "node_complete_many",
+    "node_explain",
     "node_get",
     "node_payloads",
     "queue_known",

@@ -26,6 +26,12 @@ CROSS JOIN LATERAL (
 -- state is said too, so that a plan without statistics does not take every task for running.
 r.state = 'running' AND r.lease_until BETWEEN '-infinity' AND 'infinity'
 
+-- fragment: bucket_tokens
+-- The tokens in the rate bucket of the one queue or kind row in scope (its columns named
+-- bare): what it held at refilled_at, refilled evenly at rate per per seconds since, up to
+-- rate. The claim spends them; run_explain tells when the next one is due.
+least(rate, tokens + greatest(0, extract(epoch FROM __now__ - refilled_at)) * rate / per)
+
 -- fragment: claim_chosen
 -- Claim the tasks of CTE chosen (run_id, id), each locked by the statement already: running
 -- under a lease, its attempt and claim count bumped (the claim count fences every later
@@ -88,8 +94,7 @@ WITH async_commit AS (
     FROM __schema__.cyclone_queues q WHERE q.queue = :queue
 ), gate AS MATERIALIZED (  -- a limited queue's row, locked: its newest version
     SELECT q.version, q.concurrency, q.key_concurrency, q.rate, q.per, q.key_rate, q.key_per,
-        least(q.rate, q.tokens + greatest(0, extract(epoch FROM __now__ - q.refilled_at))
-                                 * q.rate / q.per) AS tokens
+        /* fragment: bucket_tokens */ AS tokens
     FROM __schema__.cyclone_queues q
     WHERE q.queue = :queue AND (SELECT s.limited AND NOT s.paused FROM seen s)
     FOR NO KEY UPDATE
@@ -99,8 +104,7 @@ WITH async_commit AS (
       AND NOT coalesce((SELECT s.paused FROM seen s), false)
 ), kind_gate AS MATERIALIZED (  -- their rows, locked in kind order (after the queue's)
     SELECT k.kind, k.version, k.concurrency, k.rate, k.per,
-        least(k.rate, k.tokens + greatest(0, extract(epoch FROM __now__ - k.refilled_at))
-                                 * k.rate / k.per) AS tokens
+        /* fragment: bucket_tokens */ AS tokens
     FROM __schema__.cyclone_kind_limits k
     WHERE k.kind = ANY (ARRAY(SELECT kind FROM kind_seen))
       -- Lock order: the queue's row before the kinds' rows. Always true, this count cannot

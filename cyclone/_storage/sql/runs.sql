@@ -85,18 +85,28 @@ JOIN __schema__.cyclone_runs h
   ON h.name = f.name AND h.unique_key = f.unique_key AND h.state = 'pending'
 WHERE f.id = :run_id;
 
--- name: run_unserved(run_id)
--- A run's claimable tasks that no live worker serves (the test of stats_unserved), to say
--- what a run.wait() that timed out was waiting for.
-SELECT t.node, t.kind, t.queue
-FROM __schema__.cyclone_tasks t
-JOIN __schema__.cyclone_runs r ON r.id = t.run_id
-WHERE t.run_id = :run_id AND t.state = 'available' AND t.available_at <= __now__
-  AND NOT EXISTS (
+-- fragment: served
+-- Whether a live worker serves claimable work c (c.queue, c.kind and c.workflow: its run's
+-- workflow for a node, NULL for a job) by the rules of task_claim: it claims from the queue,
+-- runs the kind and, for a node, knows the workflow. The one test of unserved work
+-- (run_unserved, stats_unserved, node_explain); the few live rows of cyclone_workers.
+EXISTS (
     SELECT 1 FROM __schema__.cyclone_workers w
-    WHERE w.expires_at > __now__ AND t.queue = ANY (w.queues) AND t.kind = ANY (w.kinds)
-      AND (t.node IS NULL OR r.name = ANY (w.workflows)))
-ORDER BY t.id;
+    WHERE w.expires_at > __now__ AND c.queue = ANY (w.queues) AND c.kind = ANY (w.kinds)
+      AND (c.workflow IS NULL OR c.workflow = ANY (w.workflows)))
+
+-- name: run_unserved(run_id)
+-- A run's claimable tasks that no live worker serves (served), to say what a run.wait()
+-- that timed out was waiting for.
+SELECT c.node, c.kind, c.queue FROM (
+    SELECT t.id, t.node, t.kind, t.queue,
+        CASE WHEN t.node IS NOT NULL THEN r.name END AS workflow
+    FROM __schema__.cyclone_tasks t
+    JOIN __schema__.cyclone_runs r ON r.id = t.run_id
+    WHERE t.run_id = :run_id AND t.state = 'available' AND t.available_at <= __now__
+) c
+WHERE NOT /* fragment: served */
+ORDER BY c.id;
 
 -- name: stats_queues
 -- Per queue: tasks by state, how long the oldest claimable task has waited, the steps
@@ -143,10 +153,9 @@ ORDER BY 1;
 
 -- name: stats_unserved
 -- Claimable tasks that no live worker serves, by queue, kind and workflow (NULL for jobs).
--- A worker serves a task by the rules of task_claim: its queue, its kind and, for a node,
--- its workflow (the same test as run_unserved). Tasks are grouped before the workers are
--- consulted, so the cost is one pass over the claimable tasks; a node's workflow is read
--- by key, run by run, never by scanning the run history.
+-- A worker serves a task by the rules of task_claim (served). Tasks are grouped before the
+-- workers are consulted, so the cost is one pass over the claimable tasks; a node's workflow
+-- is read by key, run by run, never by scanning the run history.
 WITH claimable AS (
     SELECT t.queue, t.kind,
         CASE WHEN t.node IS NOT NULL THEN
@@ -158,10 +167,7 @@ WITH claimable AS (
     GROUP BY 1, 2, 3
 )
 SELECT c.queue, c.kind, c.workflow, c.count FROM claimable c
-WHERE NOT EXISTS (
-    SELECT 1 FROM __schema__.cyclone_workers w
-    WHERE w.expires_at > __now__ AND c.queue = ANY (w.queues) AND c.kind = ANY (w.kinds)
-      AND (c.workflow IS NULL OR c.workflow = ANY (w.workflows)))
+WHERE NOT /* fragment: served */
 ORDER BY 1, 2, 3;
 
 -- name: run_cancel(run_id)
