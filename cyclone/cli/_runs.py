@@ -1,5 +1,5 @@
-"""``cyclone runs ls|show|signal|retry|cancel`` and ``cyclone purge``: find, inspect and
-steer runs, and delete the old ones."""
+"""``cyclone runs ls|show|why|signal|retry|cancel`` and ``cyclone purge``: find, inspect,
+explain and steer runs, and delete the old ones."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.progress import Progress
 from rich.table import Column, Table
 
 from cyclone._client import Client
+from cyclone._model.explain import Explanation
 from cyclone._model.handles import RunInfo, RunQuery, RunState, items_done
 from cyclone._services.runs import PURGE_BATCH
 from cyclone.cli._common import (
@@ -37,7 +38,7 @@ def _info_dict(info: RunInfo) -> dict[str, Any]:
 
 @subgroup
 def runs() -> None:
-    """List, show, signal, retry and cancel runs."""
+    """List, show, explain, signal, retry and cancel runs."""
 
 
 @command(runs, "ls")
@@ -144,6 +145,24 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     for depth, names in enumerate(_levels(info)):
         arrow = "  " * depth + ("└─ " if depth else "")
         console.print(arrow + "  ".join(f"{n} ({states[n]})" for n in names), markup=False)
+
+
+@command(runs, "why")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+def runs_why(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Say why a run is not running: a reason for each node that is not done."""
+    rid = parse_run_id(run_id)
+    explanation: Explanation = with_client(ctx, lambda c: c.explain(rid))
+    if as_json:
+        print_json(asdict(explanation))
+        return
+    console.print(f"{explanation.run_id}  {explanation.state.value}", markup=False)
+    for reason in explanation.reasons:
+        where = "" if reason.node is None else f"{reason.node} ({reason.code.value}): "
+        console.print(where + reason.message, markup=False, highlight=False)
+    if explanation.omitted:
+        console.print(f"... and {explanation.omitted} more open nodes", markup=False)
 
 
 @command(runs, "signal")

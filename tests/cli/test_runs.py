@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import uuid
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
@@ -122,3 +123,24 @@ async def test_dev_db_uses_the_database_url(cyclone_env: CycloneEnv) -> None:
         proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), 60) == 0
     assert await cyclone_env.pool.fetchval("SELECT 1") == 1  # the server was left alone
+
+
+async def test_why_says_what_holds_each_node(cyclone_env: CycloneEnv) -> None:
+    job = await echo.enqueue(cyclone_env.client, 1)
+    code, out, err = await cli("runs", "why", str(job.id), dsn=cyclone_env.dsn)
+    assert code == 0, err
+    assert out.startswith(f"{job.id}  pending\n")
+    assert "cli.echo (no_worker): No live worker serves it" in out
+    flow = await approval.submit(cyclone_env.client, 1)
+    code, out, err = await cli("runs", "why", str(flow.id), "--json", dsn=cyclone_env.dsn)
+    assert code == 0, err
+    explained = json.loads(out)
+    assert explained["state"] == "pending"
+    [reason] = explained["reasons"]
+    assert (reason["node"], reason["code"]) == ("approve", "waiting_for_signal")
+    assert "client.signal(run_id, 'approve', payload)" in reason["message"]
+    await job.cancel()
+    code, out, _ = await cli("runs", "why", str(job.id), dsn=cyclone_env.dsn)
+    assert code == 0 and "The run was cancelled at" in out
+    code, _, err = await cli("runs", "why", str(uuid.UUID(int=1)), dsn=cyclone_env.dsn)
+    assert one_line_error(code, err) == f"cyclone: run {uuid.UUID(int=1)} not found"
