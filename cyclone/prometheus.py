@@ -20,9 +20,11 @@ Per process (:class:`PrometheusMetrics`), counters: ``cyclone_enqueued_total{kin
 ``cyclone_completed_total``, ``cyclone_retried_total``, ``cyclone_snoozed_total`` and
 ``cyclone_failed_total`` (last attempt), each ``{kind,queue}``;
 ``cyclone_interrupted_total{reason}`` (``cancelled``, or ``rejected``: a completion refused
-after its task was taken over); ``cyclone_reclaimed_total`` (expired leases this process's
-maintenance reclaimed). Histograms: ``cyclone_claim_seconds{queue}``,
-``cyclone_handler_seconds{kind,queue}``.
+after its task was taken over); ``cyclone_reclaimed_total`` (tasks this process's maintenance
+released), ``cyclone_released_total{reason}`` (the same by reason: ``worker_lost`` or
+``lease_expired``) and ``cyclone_rescued_alive_total`` (times peers released the tasks of a
+worker of this process that was alive: cut off from the database past its grace).
+Histograms: ``cyclone_claim_seconds{queue}``, ``cyclone_handler_seconds{kind,queue}``.
 
 Per database (:class:`QueueCollector`), gauges: ``cyclone_queue_depth{queue,state}``
 (``available``, ``scheduled``, ``running``, ``blocking``), ``cyclone_queue_expired{queue}``
@@ -96,6 +98,15 @@ class PrometheusMetrics(Observer):
         self.reclaimed_total = metric(
             Counter, "reclaimed", "Tasks reclaimed after their lease.", []
         )
+        self.released_total = metric(
+            Counter, "released", "Running tasks of other workers released, by reason.", ["reason"]
+        )
+        self.rescued_alive_total = metric(
+            Counter,
+            "rescued_alive",
+            "Releases of a live worker's tasks by its peers (cut off past its grace).",
+            [],
+        )
         self.claim_seconds = metric(
             Histogram, "claim_seconds", "Time a claim statement took.", ["queue"]
         )
@@ -132,6 +143,12 @@ class PrometheusMetrics(Observer):
 
     def reclaimed(self, count: int) -> None:
         self.reclaimed_total.inc(count)
+
+    def released(self, reason: str, count: int) -> None:
+        self.released_total.labels(reason=reason).inc(count)
+
+    def rescued_alive(self, worker: str) -> None:
+        self.rescued_alive_total.inc()
 
     def schedule_fired(self, schedule: str, lag: float) -> None:
         self.schedule_fired_total.labels(schedule=schedule).inc()

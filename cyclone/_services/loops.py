@@ -57,20 +57,23 @@ class Poll:
 
 async def every(
     interval: float,
-    work: Callable[[], Awaitable[None]],
+    work: Callable[[], Awaitable[float | None]],
     *,
     jitter: bool = False,
     what: str,
     worker_id: str,
 ) -> None:
     """Run ``work`` every ``interval`` seconds (:func:`jittered` if ``jitter``) until
-    cancelled; a failed pass is logged as worker ``worker_id``'s ``what`` failing, and the
-    next pass tries again. Supervised: whatever a pass raises, the loop goes on (a heartbeat
-    that stopped would let other workers reclaim attempts that are still running)."""
+    cancelled, or sooner when a pass returns the seconds to wait before the next one; a
+    failed pass is logged as worker ``worker_id``'s ``what`` failing, and the next pass
+    tries again. Supervised: whatever a pass raises, the loop goes on (a heartbeat that
+    stopped would let other workers reclaim attempts that are still running)."""
+    wait = interval
     while True:
-        await asyncio.sleep(jittered(interval) if jitter else interval)
+        await asyncio.sleep(jittered(wait) if jitter else wait)
+        wait = interval
         try:
-            await work()
+            wait = await work() or interval
         except db.DATABASE_ERRORS as exc:
             logger.warning(
                 "worker %s: %s failed: %s; trying again at the next pass, in about %.3g s",

@@ -39,6 +39,15 @@ class Observer:
     def reclaimed(self, count: int) -> None:
         """Maintenance made ``count`` tasks with expired leases available again."""
 
+    def released(self, reason: str, count: int) -> None:
+        """This worker released ``count`` running tasks of other workers for ``reason``:
+        ``worker_lost`` (its lock stayed free past its grace, or its process is gone) or
+        ``lease_expired``."""
+
+    def rescued_alive(self, worker: str) -> None:
+        """Peers released the tasks of ``worker``, a worker of this process, for lost while
+        it lived (it was cut off from the database past its grace)."""
+
     def schedule_fired(self, schedule: str, lag: float) -> None:
         """A worker made the run of one of ``schedule``'s slots, ``lag`` seconds after the
         slot time (by the database's clock). Triggers are not slots and are not reported."""
@@ -84,6 +93,12 @@ class Observers(Observer):
 
     def reclaimed(self, count: int) -> None:
         self._each("reclaimed", count)
+
+    def released(self, reason: str, count: int) -> None:
+        self._each("released", reason, count)
+
+    def rescued_alive(self, worker: str) -> None:
+        self._each("rescued_alive", worker)
 
     def schedule_fired(self, schedule: str, lag: float) -> None:
         self._each("schedule_fired", schedule, lag)

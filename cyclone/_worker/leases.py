@@ -87,11 +87,6 @@ class LeaseKeeper:
         """Cancel the handlers still running; their attempts are handed back."""
         self._stop_all("shutdown")
 
-    def lose_all(self) -> None:
-        """Cancel the handlers still running as lost: their tasks are released elsewhere (this
-        worker's liveness session ended), and their outcomes are not written."""
-        self._stop_all("lost")
-
     def _stop_all(self, reason: str) -> None:
         for held in list(self._held.values()):
             if held.reason is None and not held.finishing:

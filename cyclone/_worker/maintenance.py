@@ -11,7 +11,9 @@ what another holds, and re-checks its condition under the lock.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cyclone._model import codec
 from cyclone._services import transitions
@@ -45,13 +47,17 @@ async def run_once(
             logger.info("worker %s: retention purged %d runs", worker_id, purged, extra=log)
 
 
-async def rescue(services: Services, *, worker_id: str, limit: int = 100) -> None:
-    """Release the tasks of lost workers and of expired leases now: the rescue probe found a
-    worker whose liveness session ended."""
+async def rescue(
+    services: Services, *, worker_id: str, dead: Sequence[str] = (), limit: int = 100
+) -> None:
+    """Release the tasks of lost workers now: the rescue probe found a worker whose lock
+    stayed free past its grace, or whose process is gone (``dead``)."""
     effects = transitions.Effects()
     try:
         async with services.database.acquire() as conn:
-            await _Pass(services, conn, effects, limit, {"worker": worker_id}).reclaim(lost=True)
+            await _Pass(services, conn, effects, limit, {"worker": worker_id}).reclaim(
+                lost=True, dead=dead
+            )
     finally:
         services.publisher.publish(effects.payloads())
 
@@ -86,13 +92,19 @@ class _Pass:
             await self.reclaim(lost=True)
         await self.expire_overdue()
 
-    async def reclaim(self, *, lost: bool) -> None:
-        """Release the tasks of lost workers (``lost``) or of expired leases; fail those on
-        their last attempt."""
-        conn, q = self.conn, self.services.database.queries
-        reclaimed = await (db.task_rescue if lost else db.task_reclaim)(conn, q, self.limit)
+    async def reclaim(self, *, lost: bool, dead: Sequence[str] = ()) -> None:
+        """Release the tasks of lost workers (``lost``: those past their grace, and those
+        in ``dead``) or of expired leases; fail those on their last attempt."""
+        conn, q, by = self.conn, self.services.database.queries, self.log["worker"]
+        if lost:
+            reclaimed = await db.task_rescue(conn, q, self.limit, dead=dead, by=by)
+        else:
+            reclaimed = await db.task_reclaim(conn, q, self.limit, by=by)
         if reclaimed:
             self.services.observers.reclaimed(len(reclaimed))
+            self.services.observers.released(
+                "worker_lost" if lost else "lease_expired", len(reclaimed)
+            )
         for row in reclaimed:
             if row["queue"] is not None:  # None: parked, its run having failed
                 self.effects.queues.add(row["queue"])
@@ -103,20 +115,19 @@ class _Pass:
                 "it is available again" if row["queue"] else "parked, its run having failed",
                 extra={**_fields(row), **self.log},
             )
-        exhausted = db.task_lost_exhausted if lost else db.task_expired_exhausted
-        for row in await exhausted(conn, q, self.limit):
+        if lost:
+            exhausted = await db.task_lost_exhausted(conn, q, self.limit, dead=dead, by=by)
+        else:
+            exhausted = await db.task_expired_exhausted(conn, q, self.limit, by=by)
+        for row in exhausted:
             why = _why(row["worker"], lost=lost)
-            message = (
-                f"worker {row['worker']} was lost: its session with the database ended (the "
-                "process died, or lost its connection)"
-                if lost
-                else f"the lease expired: worker {row['worker']} stopped renewing it"
-            )
             error = codec.encode_plain(
                 {
                     "attempt": row["attempt"],
                     "type": "WorkerLost" if lost else "LeaseExpired",
-                    "message": message,
+                    "reason": "worker_lost" if lost else "lease_expired",
+                    "message": _message(row["worker"], lost=lost),
+                    **codec.decode(row["evidence"], dict[str, Any]),
                 }
             )
             async with self.services.database.transaction(conn):
@@ -171,13 +182,23 @@ class _Pass:
                 )
 
 
+def _message(worker: str | None, *, lost: bool) -> str:
+    """The message of a released attempt's error (as task_reclaim and task_rescue write it)."""
+    if lost:
+        return (
+            f"worker {worker} was lost: its session with the database ended (the process "
+            "died, or stayed cut off past its grace)"
+        )
+    return f"the lease expired: worker {worker} stopped renewing it"
+
+
 def _why(worker: str | None, *, lost: bool) -> str:
     """Why maintenance took an attempt's task back, as its log line says (the error's
     message, written by the statement, says the same)."""
     if lost:
         return (
             f"its worker {worker} was lost (its session with the database ended: the process "
-            "died, or lost its connection)"
+            "died, or stayed cut off past its grace)"
         )
     return f"its lease expired (worker {worker} stopped renewing it)"
 

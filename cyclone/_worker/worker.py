@@ -35,7 +35,7 @@ from cyclone._worker.completer import Completer
 from cyclone._worker.executor import Executor
 from cyclone._worker.leases import LeaseKeeper
 from cyclone._worker.outcomes import Claiming
-from cyclone._worker.presence import PROBE_INTERVAL, Presence
+from cyclone._worker.presence import DEFAULT_GRACE, PROBE_INTERVAL, Presence
 from cyclone._worker.producer import Producer
 from cyclone._worker.scheduler import Scheduler
 from cyclone._worker.served import check_served
@@ -80,6 +80,10 @@ class Worker(AsyncResource):
     each waiting in this process for a slot (docs/worker.md, "Claiming ahead"); turn it off
     to claim only for free slots: several processes then share a queue's backlog more
     evenly, and a task of higher priority enqueued later never waits behind tasks held here.
+    ``liveness_grace`` is how long this worker's liveness lock may stay free (its session
+    with the database cut) before its peers take it for dead and release its running tasks;
+    a peer on the same machine that finds its process gone does so at once
+    (docs/operations.md, "When a worker dies").
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class Worker(AsyncResource):
         worker_id: str | None = None,
         wait_for_schema: bool = False,
         schedules: Sequence[Schedule[Any]] = (),
+        liveness_grace: float = DEFAULT_GRACE,
     ) -> None:
         self.client = client
         services = self._services = client._services
@@ -130,6 +135,11 @@ class Worker(AsyncResource):
         if not 0 < self.lease < math.inf:  # 0: every claim lost at once, its heartbeat spinning
             raise InvalidInputError(f"lease must be a number of seconds above 0, not {lease!r}")
         self.heartbeat = seconds(heartbeat, what="heartbeat") if heartbeat else self.lease / 3
+        self.liveness_grace = seconds(liveness_grace, what="liveness_grace")
+        if not 0 < self.liveness_grace < math.inf:
+            raise InvalidInputError(
+                f"liveness_grace must be a number of seconds above 0, not {liveness_grace!r}"
+            )
         self.shutdown_timeout = seconds(shutdown_timeout, what="shutdown_timeout")
         self.maintenance_interval = (
             seconds(maintenance_interval, what="maintenance_interval")
@@ -149,8 +159,9 @@ class Worker(AsyncResource):
             self.id,
             (sorted(self._queues), self._kinds, self._workflow_names),
             heartbeat=self.heartbeat,
-            on_lost=lambda: self._leases.lose_all(),
-            rescue=lambda: maintenance.rescue(services, worker_id=self.id),
+            grace=self.liveness_grace,
+            rescue=lambda dead: maintenance.rescue(services, worker_id=self.id, dead=dead),
+            on_rescued_alive=lambda: services.observers.rescued_alive(self.id),
         )
         self._leases = LeaseKeeper(
             services.database,
@@ -391,9 +402,13 @@ class Worker(AsyncResource):
         if self._presence.key is not None:  # without a listener, no peer holds a lock either
             await every(PROBE_INTERVAL, self._rescue, what="rescue probe", worker_id=self.id)
 
-    async def _rescue(self) -> None:
-        if await self._presence.probe():
-            await maintenance.rescue(self._services, worker_id=self.id)
+    async def _rescue(self) -> float:
+        """Look for lost peers and release their tasks; look again in a second, or as soon
+        as a peer's grace ends."""
+        lookout = await self._presence.look()
+        if lookout.release:
+            await maintenance.rescue(self._services, worker_id=self.id, dead=lookout.dead)
+        return lookout.again
 
     async def maintain_once(self, limit: int = 100) -> None:
         """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, and

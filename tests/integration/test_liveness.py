@@ -1,16 +1,22 @@
-"""Rescue by liveness: a worker's own session holds an advisory lock while it lives; when
-that session ends, its peers release its tasks at once (WorkerLost), and the worker, if it
-still lives, stops its handlers and claims nothing until it holds its lock again."""
+"""Rescue by liveness: a worker's own session holds an advisory lock while it lives. When
+that session ends, its peers release its tasks (WorkerLost) once the lock has stayed free
+past the worker's grace, or at once when its process is known gone; a worker that lives
+takes its lock again at once and keeps its handlers."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime as dt
+import sys
+import urllib.parse
 
 import asyncpg
 import pytest
 
 import cyclone
 from cyclone._storage import queries as db
+from cyclone._worker.presence import Lookout, machine_identity
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import Probe, fast_worker
 
@@ -27,10 +33,10 @@ def _reset() -> None:
 @cyclone.step("live.hold", queue="live")
 async def hold(ctx: cyclone.Context, n: int) -> int:
     probe.calls.append(ctx.attempt)
-    if ctx.attempt == 1:
+    if ctx.attempt == 1 and n < 50:
         probe.started.set()
         try:
-            await asyncio.sleep(3600)
+            await probe.stopped.wait()
         except asyncio.CancelledError:
             CANCELLED.append(ctx.attempt)
             raise
@@ -49,12 +55,25 @@ async def liveness_backend(env: CycloneEnv, worker: cyclone.Worker) -> int:
     return pid
 
 
-async def dead_worker_running(env: CycloneEnv, run: cyclone.Run, worker: str, key: int) -> None:
+async def dead_worker_running(
+    env: CycloneEnv,
+    run: cyclone.Run,
+    worker: str,
+    key: int,
+    *,
+    pid: int = 1,
+    machine: str | None = None,
+    grace: float | None = None,
+) -> None:
     """As a killed worker leaves things: its live row names lock ``key``, which no session
-    holds, and the run's task is running under it, leased for an hour."""
+    holds, and the run's task is running under it, leased for an hour. Without a ``grace``
+    the row is as a release before grace wrote it."""
     async with env.pool.acquire() as conn:
         q = env.client._queries
-        await db.worker_present(conn, q, worker, "h", 1, ["live"], ["live.hold"], [], 60, key)
+        await db.worker_present(
+            conn, q, worker, "h", pid, ["live"], ["live.hold"], [], 60, key,
+            machine=machine, grace=grace,
+        )  # fmt: skip
         await conn.execute(
             "UPDATE public.cyclone_tasks SET state = 'running', worker = $2, claims = 1,"
             " attempt = 1, lease_until = now() + interval '1 hour' WHERE run_id = $1",
@@ -77,38 +96,103 @@ async def test_a_worker_holds_its_liveness_lock_and_names_it(cyclone_env: Cyclon
         assert await db.workers_lost(conn, cyclone_env.client._queries) == []
 
 
-async def test_a_lost_sessions_tasks_are_released_at_once_as_worker_lost(
-    cyclone_env: CycloneEnv,
-) -> None:
-    """The session of the worker running attempt 1 is terminated (as when its process dies,
-    seen from the server): the task runs again long before the 30 s lease, and the worker
-    itself, still alive, stops its handler and writes nothing for it."""
+async def looks(worker: cyclone.Worker, count: int) -> None:
+    """Wait until ``worker``'s rescue probe has looked for lost peers ``count`` more times."""
+    presence = worker._presence
+    done = asyncio.Event()
+    seen = 0
+    look = presence.look
+
+    async def counted() -> Lookout:
+        nonlocal seen
+        lookout = await look()
+        seen += 1
+        if seen >= count:
+            done.set()
+        return lookout
+
+    presence.look = counted  # type: ignore[method-assign]
+    try:
+        await asyncio.wait_for(done.wait(), 60)
+    finally:
+        del presence.look
+
+
+async def test_a_cut_session_is_not_a_death(cyclone_env: CycloneEnv) -> None:
+    """The session of the worker running attempt 1 is terminated while its process lives:
+    it takes its lock again at once and finishes the handler, once; its peer, looking on
+    past the grace, releases nothing."""
     run = await hold.enqueue(cyclone_env.client, 5)
-    async with fast_worker(cyclone_env.client, steps=[hold], lease=30.0) as doomed:
+    async with fast_worker(cyclone_env.client, steps=[hold], lease=30.0) as cut:
         await asyncio.wait_for(probe.started.wait(), 30)
-        async with fast_worker(cyclone_env.client, steps=[hold], lease=30.0):
-            pid = await liveness_backend(cyclone_env, doomed)
-            assert await cyclone_env.pool.fetchval("SELECT pg_terminate_backend($1)", pid)
-            # Released by the peer's probe, not the lease (30 s).
-            assert await run.result(timeout=20) == 5
-        assert CANCELLED == [1]
-    [error] = (await run.info()).nodes[0].errors
-    assert error["type"] == "WorkerLost" and doomed.id in error["message"]
-    assert probe.calls == [1, 2]
+        async with fast_worker(cyclone_env.client, steps=[hold], lease=30.0) as peer:
+            first = await liveness_backend(cyclone_env, cut)
+            assert await cyclone_env.pool.fetchval("SELECT pg_terminate_backend($1)", first)
+            await looks(peer, 3)  # two seconds and more: past the grace of 1 s
+            assert cut._presence.live.is_set()
+            assert await liveness_backend(cyclone_env, cut) != first
+            probe.stopped.set()
+            assert await run.result(timeout=30) == 5
+    assert probe.calls == [1] and CANCELLED == []
+    assert (await run.info()).nodes[0].errors == []
 
 
 async def test_a_worker_takes_its_lock_again_and_claims_again(cyclone_env: CycloneEnv) -> None:
-    """Alone, a worker whose session ended releases its own tasks with its probe, takes its
-    lock again on a new session, and runs the task's next attempt."""
+    """Alone, a worker whose session ended takes its lock again on a new session, names its
+    new backend, and claims again while its first handler runs on."""
     run = await hold.enqueue(cyclone_env.client, 6)
     async with fast_worker(cyclone_env.client, steps=[hold], lease=30.0) as worker:
         await asyncio.wait_for(probe.started.wait(), 30)
         first = await liveness_backend(cyclone_env, worker)
         assert await cyclone_env.pool.fetchval("SELECT pg_terminate_backend($1)", first)
-        assert await run.result(timeout=20) == 6
-        assert worker._presence.live.is_set()
-        assert await liveness_backend(cyclone_env, worker) != first
-    assert [e["type"] for e in (await run.info()).nodes[0].errors] == ["WorkerLost"]
+        later = await hold.enqueue(cyclone_env.client, 60)  # attempt 1 of its own
+        probe.calls.clear()
+        probe.stopped.set()
+        assert await later.result(timeout=30) == 60
+        assert await run.result(timeout=30) == 6
+        again = await liveness_backend(cyclone_env, worker)
+        assert again != first
+        backend = await cyclone_env.pool.fetchval(
+            "SELECT backend FROM public.cyclone_workers WHERE id = $1", worker.id
+        )
+        assert backend == again
+    assert (await run.info()).nodes[0].errors == [] and CANCELLED == []
+
+
+async def test_a_dead_process_of_this_machine_is_released_at_once(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """A peer on the same machine finds the process gone: it releases the task without
+    waiting for the grace, and the attempt's error says who held it and who released it."""
+    run = await hold.enqueue(cyclone_env.client, 9)
+    gone = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await gone.wait()
+    await dead_worker_running(
+        cyclone_env, run, "dead-here", 44, pid=gone.pid, machine=machine_identity(), grace=3600
+    )
+    async with fast_worker(cyclone_env.client, steps=[hold]) as peer:
+        assert await run.result(timeout=30) == 9
+    [error] = (await run.info()).nodes[0].errors
+    assert error["type"] == "WorkerLost" and error["reason"] == "worker_lost"
+    assert error["worker"] == "dead-here" and error["pid"] == gone.pid
+    assert error["host"] == "h" and error["released_by"] == peer.id
+    assert {"last_seen", "lock_free_since", "released_at"} <= error.keys()
+
+
+async def test_a_lost_worker_elsewhere_is_released_after_its_grace(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """A worker of another machine whose lock is free: its peers cannot see its process,
+    so they release its task once the lock has stayed free for its grace."""
+    run = await hold.enqueue(cyclone_env.client, 10)
+    await dead_worker_running(cyclone_env, run, "dead-there", 45, machine="elsewhere", grace=1.5)
+    async with fast_worker(cyclone_env.client, steps=[hold]):
+        assert await run.result(timeout=30) == 10
+    [error] = (await run.info()).nodes[0].errors
+    assert error["type"] == "WorkerLost" and error["grace"] == 1.5
+    free = dt.datetime.fromisoformat(error["lock_free_since"])
+    released = dt.datetime.fromisoformat(error["released_at"])
+    assert released - free >= dt.timedelta(seconds=1.5)
 
 
 async def test_without_a_listener_a_worker_holds_no_lock(cyclone_env: CycloneEnv) -> None:
@@ -179,3 +263,121 @@ async def test_a_worker_started_again_under_its_id_releases_its_old_tasks(
         assert await run.result(timeout=20) == 8
     [error] = (await run.info()).nodes[0].errors
     assert error["type"] == "WorkerLost"
+
+
+class Cable:
+    """A TCP proxy in front of the test's server, to cut a client off from it: ``cut()``
+    closes every connection through it and refuses new ones until ``mend()``."""
+
+    def __init__(self, dsn: str) -> None:
+        self._target = urllib.parse.urlsplit(dsn)
+        self._server: asyncio.Server | None = None
+        self._links: set[asyncio.StreamWriter] = set()
+        self.open = True
+
+    async def __aenter__(self) -> Cable:
+        self._server = await asyncio.start_server(self._link, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cut()
+        assert self._server is not None
+        self._server.close()
+
+    def dsn(self) -> str:
+        """The test's DSN, through this proxy."""
+        assert self._server is not None
+        port = self._server.sockets[0].getsockname()[1]
+        netloc = self._target.netloc.rsplit("@", 1)
+        where = f"127.0.0.1:{port}"
+        return self._target._replace(
+            netloc=f"{netloc[0]}@{where}" if len(netloc) > 1 else where
+        ).geturl()
+
+    def cut(self) -> None:
+        self.open = False
+        for writer in self._links:
+            writer.transport.abort()
+        self._links.clear()
+
+    def mend(self) -> None:
+        self.open = True
+
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.open:
+            writer.transport.abort()
+            return
+        up_reader, up_writer = await asyncio.open_connection(
+            self._target.hostname, self._target.port
+        )
+        self._links |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._links -= {writer, up_writer}
+
+
+class Rescues(cyclone.Observer):
+    """Records which workers of this process were released for lost while alive."""
+
+    def __init__(self) -> None:
+        self.alive: list[str] = []
+
+    def rescued_alive(self, worker: str) -> None:
+        self.alive.append(worker)
+
+
+async def test_a_worker_without_a_session_says_it_lives_through_its_pool(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """Its liveness session is cut and cannot come back for several graces, but its pool
+    still reaches the database: it says it lives, and its peer releases nothing."""
+    run = await hold.enqueue(cyclone_env.client, 11)
+    async with Cable(cyclone_env.dsn) as cable:
+        client = cyclone.Client(cyclone_env.pool, listen_dsn=cable.dsn())
+        async with fast_worker(client, steps=[hold], lease=30.0) as cut:
+            await asyncio.wait_for(probe.started.wait(), 30)
+            async with fast_worker(cyclone_env.client, steps=[hold], lease=30.0) as peer:
+                cable.cut()
+                await looks(peer, 4)  # three seconds and more, three graces
+                assert not cut._presence.live.is_set()
+                cable.mend()
+                await asyncio.wait_for(cut._presence.live.wait(), 30)
+                probe.stopped.set()
+                assert await run.result(timeout=30) == 11
+    assert probe.calls == [1] and CANCELLED == []
+
+
+async def test_a_worker_cut_off_past_its_grace_learns_it_was_released(
+    cyclone_env: CycloneEnv,
+) -> None:
+    """Its pool and its session are both cut past its grace: its peer releases its task,
+    and once it is back it counts and logs that it was taken for dead while alive, and its
+    handler of that attempt is stopped; the run completes once, by the next attempt."""
+    run = await hold.enqueue(cyclone_env.client, 12)
+    rescues = Rescues()
+    async with Cable(cyclone_env.dsn) as cable:
+        pool = await asyncpg.create_pool(cable.dsn(), min_size=1, max_size=4)
+        client = cyclone.Client(pool)
+        client.observe(rescues)
+        try:
+            async with fast_worker(client, steps=[hold], lease=30.0) as cut:
+                await asyncio.wait_for(probe.started.wait(), 30)
+                async with fast_worker(cyclone_env.client, steps=[hold], lease=30.0) as peer:
+                    cable.cut()
+                    assert await run.result(timeout=30) == 12  # attempt 2, on the peer
+                    cable.mend()
+                    await asyncio.wait_for(cut._presence.live.wait(), 30)
+                    await asyncio.wait_for(cut.idle(), 30)  # attempt 1 stopped
+        finally:
+            await pool.close()
+    assert rescues.alive == [cut.id]
+    assert probe.calls == [1, 2] and CANCELLED == [1]
+    [error] = (await run.info()).nodes[0].errors
+    assert error["released_by"] == peer.id and error["worker"] == cut.id

@@ -79,7 +79,7 @@ async def test_claim_heartbeat_and_completion_plans(cyclone_env: CycloneEnv) -> 
         cyclone_env, "task_retry_many", [run], [task], [1], [0.0], [None], [False]
     )
     assert "cyclone_tasks_pkey" in retry
-    reclaim = await explain(cyclone_env, "task_reclaim", 100)
+    reclaim = await explain(cyclone_env, "task_reclaim", 100, "w")
     assert "idx_tasks_lease" in reclaim
     # No statement reads the whole hot table: a task is found by (run, id) or by run.
     for name, args in [
@@ -87,7 +87,7 @@ async def test_claim_heartbeat_and_completion_plans(cyclone_env: CycloneEnv) -> 
         ("job_complete_many", ([run], [task], [1], ["null"])),
         ("node_complete_many", ([run], [task], [1], ["null"])),
         ("task_retry_many", ([run], [task], [1], [0.0], [None], [False])),
-        ("task_reclaim", (100,)),
+        ("task_reclaim", (100, "w")),
         ("job_fail", (run, task, 1, "{}", False)),
         ("node_fail", (run, task, 1, "{}", False)),
         ("job_end", (run, "cancelled", None)),
@@ -212,7 +212,7 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
         ("task_heartbeat", (run_ids, ids, claims, 30.0)),
         ("job_complete_many", (run_ids, ids, claims, ["null"] * n)),
         ("task_retry_many", (run_ids, ids, claims, [0.0] * n, [None] * n, [False] * n)),
-        ("task_reclaim", (100,)),
+        ("task_reclaim", (100, "w")),
         ("job_fail", (run_ids[0], ids[0], 1, "{}", False)),
         ("attempts_completed", (run_ids, [None] * n, ids, claims)),
         ("task_pending_work", (["plan.noop"], [])),

@@ -8,32 +8,49 @@ import uuid
 from collections.abc import Sequence
 
 from cyclone._storage.loader import Queries
-from cyclone._storage.queries.conn import Conn, Record, execute, fetch, fetchval
+from cyclone._storage.queries.conn import Conn, Record, execute, fetch, fetchrow, fetchval
 
 
-async def task_reclaim(conn: Conn, q: Queries, limit: int) -> list[Record]:
-    """Put tasks with expired leases and attempts left back to available."""
-    return await fetch(conn, q, "task_reclaim", limit=limit)
+async def task_reclaim(
+    conn: Conn, q: Queries, limit: int, *, by: str | None = None
+) -> list[Record]:
+    """Put tasks with expired leases and attempts left back to available; ``by`` is the
+    worker doing it, recorded with each attempt's error."""
+    return await fetch(conn, q, "task_reclaim", limit=limit, by=by)
 
 
-async def task_rescue(conn: Conn, q: Queries, limit: int) -> list[Record]:
-    """Put the tasks of lost workers with attempts left back to available."""
-    return await fetch(conn, q, "task_rescue", limit=limit)
+async def task_rescue(
+    conn: Conn, q: Queries, limit: int, *, dead: Sequence[str] = (), by: str | None = None
+) -> list[Record]:
+    """Put the tasks of lost workers with attempts left back to available: those whose lock
+    stayed free past their grace, and those in ``dead`` (known gone) whose lock is free."""
+    return await fetch(conn, q, "task_rescue", limit=limit, dead=list(dead), by=by)
 
 
-async def task_expired_exhausted(conn: Conn, q: Queries, limit: int) -> list[Record]:
-    """Tasks whose lease expired on their last attempt."""
-    return await fetch(conn, q, "task_expired_exhausted", limit=limit)
+async def task_expired_exhausted(
+    conn: Conn, q: Queries, limit: int, *, by: str | None = None
+) -> list[Record]:
+    """Tasks whose lease expired on their last attempt, with the evidence of each."""
+    return await fetch(conn, q, "task_expired_exhausted", limit=limit, by=by)
 
 
-async def task_lost_exhausted(conn: Conn, q: Queries, limit: int) -> list[Record]:
-    """The tasks of lost workers on their last attempt."""
-    return await fetch(conn, q, "task_lost_exhausted", limit=limit)
+async def task_lost_exhausted(
+    conn: Conn, q: Queries, limit: int, *, dead: Sequence[str] = (), by: str | None = None
+) -> list[Record]:
+    """The tasks of lost workers on their last attempt, with the evidence of each."""
+    return await fetch(conn, q, "task_lost_exhausted", limit=limit, dead=list(dead), by=by)
 
 
-async def workers_lost(conn: Conn, q: Queries) -> list[str]:
-    """The workers whose liveness session ended."""
-    return [r["id"] for r in await fetch(conn, q, "workers_lost")]
+async def workers_lost(conn: Conn, q: Queries, dead: Sequence[str] = ()) -> list[str]:
+    """The workers taken for dead: their lock stayed free past their grace, or they are in
+    ``dead`` and their lock is free."""
+    return [r["id"] for r in await fetch(conn, q, "workers_lost", dead=list(dead))]
+
+
+async def workers_unlocked(conn: Conn, q: Queries) -> list[Record]:
+    """The live workers whose liveness lock is free now (noting since when): id, machine,
+    pid, grace, lock_free_since, and the database's now."""
+    return await fetch(conn, q, "workers_unlocked")
 
 
 async def worker_twin(conn: Conn, q: Queries, worker: str, key: int) -> bool:
@@ -47,6 +64,19 @@ async def worker_liveness_hold(conn: Conn, q: Queries, key: int) -> bool:
     """Take the liveness lock ``key`` on this session; False while another holds it."""
     held: bool = await fetchval(conn, q, "worker_liveness_hold", key=key)
     return held
+
+
+async def worker_relock(conn: Conn, q: Queries, worker: str, key: int) -> Record:
+    """Take ``worker``'s liveness lock ``key`` again on this session: ok, and the release
+    of its tasks by a peer while it was without (released_at, released_by), if any."""
+    row = await fetchrow(conn, q, "worker_relock", worker=worker, key=key)
+    assert row is not None
+    return row
+
+
+async def worker_alive(conn: Conn, q: Queries, worker: str, key: int) -> None:
+    """Say that ``worker`` lives though its liveness lock ``key`` is free for now."""
+    await execute(conn, q, "worker_alive", worker=worker, key=key)
 
 
 async def wait_expire_due(conn: Conn, q: Queries, limit: int) -> list[Record]:
@@ -84,9 +114,14 @@ async def worker_present(
     workflows: Sequence[str],
     ttl: float,
     liveness: int | None,
+    *,
+    backend: int | None = None,
+    machine: str | None = None,
+    grace: float | None = None,
 ) -> None:
-    """Record ``worker`` as live for ``ttl`` seconds with what it claims and the liveness
-    lock its session holds (None: none); sweep expired rows."""
+    """Record ``worker`` as live for ``ttl`` seconds with what it claims, the liveness lock
+    its session holds (None: none), that session's ``backend``, the ``machine`` its pid is
+    a process of and its ``grace``; sweep expired rows."""
     await execute(
         conn,
         q,
@@ -99,6 +134,9 @@ async def worker_present(
         workflows=workflows,
         ttl=ttl,
         liveness=liveness,
+        backend=backend,
+        machine=machine,
+        grace=grace,
     )
 
 
