@@ -6,6 +6,7 @@ runs, a capped walk, one run, an hour of minutes).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import uuid
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from starlette.responses import RedirectResponse, Response
 
 from cyclone._client import Client
 from cyclone._model.errors import RunNotFoundError
+from cyclone._model.explain import Explanation
 from cyclone._model.handles import Run, RunInfo, RunPayloads, RunState
 from cyclone.web import _filters, _svg, _views
 from cyclone.web._render import Renderer
@@ -123,6 +125,11 @@ async def run_view(client: Client, run_id: uuid.UUID) -> dict[str, Any]:
         payloads: RunPayloads | None = await run.payloads()
     except RunNotFoundError:  # purged between the two reads
         payloads = None
+    # Why a run that has not ended is where it is: a reason per open node.
+    explanation: Explanation | None = None
+    if not info.state.terminal:
+        with contextlib.suppress(RunNotFoundError):  # purged meanwhile
+            explanation = await client.explain(run_id)
     # A wait node takes a signal (kept until the node is reached) unless its run completed or
     # was cancelled: a failed run keeps it for after a retry.
     waits = [
@@ -143,4 +150,5 @@ async def run_view(client: Client, run_id: uuid.UUID) -> dict[str, Any]:
         "failure": _views.failure(info),
         "attempts": _views.attempts(info.nodes),
         "output_note": None if payloads is None else _views.no_output(info, payloads),
+        "explanation": explanation,
     }
