@@ -22,6 +22,18 @@ def jittered(interval: float) -> float:
     return interval * random.uniform(0.8, 1.0)
 
 
+RETRY_FIRST = 0.05
+"""Seconds before the first retry of a statement whose connection was cut."""
+
+
+def retry_delay(failures: int, cap: float, *, jitter: bool = True) -> float:
+    """Seconds before trying again after ``failures`` failures in a row: from
+    :data:`RETRY_FIRST`, doubling up to ``cap``; with ``jitter``, anywhere in its upper
+    half, so that the processes a fault cut off together do not come back together."""
+    delay = min(cap, RETRY_FIRST * 2.0 ** (failures - 1))
+    return delay * random.uniform(0.5, 1.0) if jitter else delay
+
+
 async def wait_woken(wake: asyncio.Event, timeout: float) -> bool:
     """Wait until ``wake`` is set or ``timeout`` seconds have passed; whether it was set.
 
@@ -60,15 +72,17 @@ async def every(
     work: Callable[[], Awaitable[float | None]],
     *,
     jitter: bool = False,
+    first: float | None = None,
     what: str,
     worker_id: str,
 ) -> None:
-    """Run ``work`` every ``interval`` seconds (:func:`jittered` if ``jitter``) until
-    cancelled, or sooner when a pass returns the seconds to wait before the next one; a
-    failed pass is logged as worker ``worker_id``'s ``what`` failing, and the next pass
-    tries again. Supervised: whatever a pass raises, the loop goes on (a heartbeat that
-    stopped would let other workers reclaim attempts that are still running)."""
-    wait = interval
+    """Run ``work`` every ``interval`` seconds (:func:`jittered` if ``jitter``; the first
+    time after ``first`` seconds if given) until cancelled, or sooner when a pass returns
+    the seconds to wait before the next one; a failed pass is logged as worker
+    ``worker_id``'s ``what`` failing, and the next pass tries again. Supervised: whatever a
+    pass raises, the loop goes on (a heartbeat that stopped would let other workers reclaim
+    attempts that are still running)."""
+    wait = interval if first is None else first
     while True:
         await asyncio.sleep(jittered(wait) if jitter else wait)
         wait = interval

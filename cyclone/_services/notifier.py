@@ -23,6 +23,7 @@ from typing import Any
 
 import asyncpg
 
+from cyclone._services import loops
 from cyclone._storage.queries import DATABASE_ERRORS
 
 logger = logging.getLogger("cyclone")
@@ -59,7 +60,8 @@ async def connect_like(pool: asyncpg.Pool) -> asyncpg.Connection:
 
 
 class Notifier:
-    """Listens on the client's channel and dispatches queue and run notifications."""
+    """Listens on the client's channel and dispatches queue and run notifications; a lost
+    connection is made again at once, then backing off up to ``retry_delay`` seconds."""
 
     def __init__(
         self,
@@ -190,6 +192,7 @@ class Notifier:
             if not (self._ahead and self._came_back(text)):
                 self._dispatch(text)
 
+        failures = 0  # connections lost or failed in a row: the reconnects back off
         while True:
             conn: asyncpg.Connection | None = None
             try:
@@ -197,30 +200,31 @@ class Notifier:
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(self._channel, on_notify)
+                failures = 0
                 self._ahead.clear()  # what was sent while away does not come back
                 self._connected.set()
                 self._wake_everyone()
                 await lost.wait()
                 logger.warning(
-                    "LISTEN connection on channel %s lost; reconnecting in %.3g s (polling "
+                    "LISTEN connection on channel %s lost; reconnecting at once (polling "
                     "picks up work meanwhile)",
                     self._channel,
-                    self._retry_delay,
                     extra={"channel": self._channel},
                 )
             except asyncio.CancelledError:
                 raise
             except DATABASE_ERRORS as exc:
                 logger.warning(
-                    "LISTEN connection on channel %s failed: %s; trying again in %.3g s "
-                    "(polling picks up work meanwhile)",
+                    "LISTEN connection on channel %s failed: %s; trying again in %.3g s at "
+                    "most (polling picks up work meanwhile)",
                     self._channel,
                     exc,
-                    self._retry_delay,
+                    loops.retry_delay(failures + 1, self._retry_delay, jitter=False),
                     extra={"channel": self._channel},
                 )
             finally:
                 self._connected.clear()
                 if conn is not None:
                     conn.terminate()  # no round trip: the connection may be dead already
-            await asyncio.sleep(self._retry_delay)
+            failures += 1
+            await asyncio.sleep(loops.retry_delay(failures, self._retry_delay))

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import asyncpg
 
 from cyclone._model.errors import InvalidStateError, SchemaNotMigratedError
-from cyclone._services import transitions
+from cyclone._services import loops, transitions
 from cyclone._services.database import Database, Held
 from cyclone._services.publisher import Publisher
 from cyclone._services.transitions import Effects
@@ -238,7 +238,7 @@ class Completer:
             raise InvalidStateError("the client's asyncpg pool was closed before the worker")
         if self._give_up_at is not None and loop.time() >= self._give_up_at:
             raise exc
-        delay = min(_BACKOFF_CAP, 0.05 * 2**tries)
+        delay = loops.retry_delay(tries, _BACKOFF_CAP)
         if tries == 1 or tries % _LOG_EVERY == 0:
             first = outcomes[0]
             logger.warning(

@@ -19,7 +19,6 @@ are plain values: the stages hand them on and none reaches into another's state.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import traceback
 import uuid
@@ -42,7 +41,7 @@ class Claiming:
     """How every producer of a worker claims: as ``worker_id``, tasks of ``kinds`` and nodes
     of ``workflows``, each for a lease of ``lease`` seconds, at most ``claim_batch`` a claim,
     polling every ``poll_interval`` seconds at the latest; beyond the free slots of a queue
-    whose handlers are short only with ``ahead``; only while ``live`` is set."""
+    whose handlers are short only with ``ahead``."""
 
     worker_id: str
     kinds: list[str]
@@ -51,7 +50,6 @@ class Claiming:
     claim_batch: int
     poll_interval: float
     ahead: bool
-    live: asyncio.Event  # set while the worker may claim (presence.py: its liveness lock)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,13 +21,14 @@ heartbeat, since when its lock was free, who released it), instead of waiting ou
 leases.
 
 A worker whose session ends while it lives keeps its running handlers (their leases are
-renewed through its pool as before), claims nothing new, and takes its lock again on a new
-session at once, trying again quickly. While it cannot connect a session, it says it lives
-through its pool, which restarts its grace. Should peers release its tasks all the same (it
-was cut off from the database past its grace), its heartbeat finds those tasks gone and
-stops their handlers, and taking its lock again tells it so: it logs the release and counts
-it as a rescue of a live worker. Every outcome is fenced by its attempt's claim, so a late
-completion of a released attempt is rejected.
+renewed through its pool as before) and goes on claiming through its pool, and takes its
+lock again on a new session at once, trying again quickly (from 50 ms, jittered). While it
+cannot connect a session, it says it lives through its pool, which restarts its grace.
+Should peers release its tasks all the same (it was cut off from the database past its
+grace), its heartbeat finds those tasks gone and stops their handlers, and taking its lock
+again tells it so: it logs the release and counts it as a rescue of a live worker. Every
+outcome is fenced by its attempt's claim, so a late completion of a released attempt is
+rejected.
 
 A reclaim reads the locks inside its own statement, after taking its snapshot: a task claimed
 once the lock is held again is invisible to it, or seen with its worker live, so it is never
@@ -41,7 +42,6 @@ import asyncio
 import datetime as dt
 import logging
 import os
-import random
 import secrets
 import socket
 from collections.abc import Awaitable, Callable, Sequence
@@ -52,6 +52,7 @@ import asyncpg
 
 from cyclone._model.errors import InvalidStateError
 from cyclone._services.bundle import Services
+from cyclone._services.loops import retry_delay
 from cyclone._storage import queries as db
 
 logger = logging.getLogger("cyclone")
@@ -61,8 +62,7 @@ PROBE_INTERVAL = 1.0
 """Seconds between two looks of a worker for peers whose liveness lock is free."""
 DEFAULT_GRACE = 1.0
 """Seconds a worker's lock may stay free before its peers take it for dead."""
-_RELOCK_FIRST = 0.05  # seconds before the second try to take the lock again; doubling
-_RELOCK_MOST = 0.5  # at most this between tries (well inside the grace)
+_RELOCK_MOST = 0.5  # seconds at most between tries to take the lock again (inside the grace)
 
 
 def machine_identity() -> str | None:
@@ -265,8 +265,9 @@ class Presence:
         the workers of a storm do not reconnect in step); between tries, say through the
         pool that the worker lives."""
         assert self.key is not None
-        delay = _RELOCK_FIRST
+        tries = 0
         while True:
+            tries += 1
             try:
                 if await self._relock(self.key):
                     return
@@ -278,8 +279,7 @@ class Presence:
                     extra=self._log,
                 )
                 await self._say_alive(self.key)
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, _RELOCK_MOST)
+            await asyncio.sleep(retry_delay(tries, _RELOCK_MOST))
 
     async def _relock(self, key: int) -> bool:
         """One try to take the lock again; True once it is held."""

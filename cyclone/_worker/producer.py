@@ -25,7 +25,7 @@ import logging
 import time
 
 from cyclone._services.database import Database, Held
-from cyclone._services.loops import Poll, jittered
+from cyclone._services.loops import Poll, jittered, retry_delay
 from cyclone._services.observe import Observers
 from cyclone._storage import queries as db
 from cyclone._worker.ahead import Pace, most_ahead
@@ -83,6 +83,7 @@ class Producer:
         self._pace = Pace()  # of its handlers: how far it may claim ahead
         self._claims: set[asyncio.Task[None]] = set()  # in flight
         self._last_claim_full = False
+        self._failed = 0  # claims failed in a row (the database out of reach)
         self._held_back = False  # the completer's buffer had no room at the last look
         self._gate = Gate(self._wake)  # which claim to send, when a limit lets it claim
         # A pass (a wakeup, a poll) that started no claim, unanswered until one starts: with a
@@ -167,8 +168,6 @@ class Producer:
         one was started."""
         loop = asyncio.get_running_loop()
         started = False
-        if not self._claiming.live.is_set():  # its peers take its tasks for lost meanwhile
-            return False
         while len(self._claims) < CLAIMS_AT_ONCE and (
             not self._claims or self._last_claim_full or self._gate.again_now()
         ):
@@ -192,13 +191,18 @@ class Producer:
         try:
             await self._claim_and_start(limit, ahead)
         except db.DATABASE_ERRORS as exc:
-            self._last_claim_full = False  # back off to the poll while it is down
+            # A cut connection: claim again soon, backing off while the database is away.
+            self._last_claim_full = False
+            self._failed += 1
             self._gate.failed()
+            delay = retry_delay(self._failed, self._claiming.poll_interval)
+            asyncio.get_running_loop().call_later(delay, self._wake.set)
             logger.warning(
-                "worker %s: claiming from queue %r failed: %s; trying again at the next poll",
+                "worker %s: claiming from queue %r failed: %s; trying again in %.3g s",
                 self._claiming.worker_id,
                 self.name,
                 exc,
+                delay,
                 extra={"worker": self._claiming.worker_id, "queue": self.name},
             )
 
@@ -219,6 +223,7 @@ class Producer:
         started = time.perf_counter()
         async with self._connection.use() as conn:
             rows = await self._take(conn, limit, ahead)
+        self._failed = 0
         loop = asyncio.get_running_loop()
         attempts: list[tuple[Claimed, asyncio.Future[None] | None]] = []
         turns: list[asyncio.Future[None]] = []

@@ -198,7 +198,6 @@ class Worker(AsyncResource):
             self.claim_batch,
             self.poll_interval,
             claim_ahead,
-            self._presence.live,
         )
         self._producers = {
             name: Producer(
@@ -400,7 +399,10 @@ class Worker(AsyncResource):
 
     async def _probe(self) -> None:
         if self._presence.key is not None:  # without a listener, no peer holds a lock either
-            await every(PROBE_INTERVAL, self._rescue, what="rescue probe", worker_id=self.id)
+            # A first look at once: a worker started after its peers died rescues them now.
+            await every(
+                PROBE_INTERVAL, self._rescue, first=0.0, what="rescue probe", worker_id=self.id
+            )
 
     async def _rescue(self) -> float:
         """Look for lost peers and release their tasks; look again in a second, or as soon

@@ -328,6 +328,31 @@ async def test_a_wakeup_for_work_committed_during_a_claim_claims_again(
         assert await run.result(timeout=30) == 12
 
 
+async def test_a_claim_whose_connection_was_cut_is_sent_again_soon(
+    cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim fails as its connection is cut under it (a fault the test raises where the
+    claim's reply would come): the producer claims again within moments, backing off, not
+    at the next poll (an hour away)."""
+    plain = db.task_claim_plain
+    failed = asyncio.Event()
+
+    async def cut_once(*args: Any) -> db.ClaimedRows:
+        if not failed.is_set():
+            failed.set()
+            raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle")
+        return await plain(*args)
+
+    client = cyclone_env.client
+    async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
+        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
+        await settled(worker._producers[double.queue])
+        monkeypatch.setattr(db, "task_claim_plain", cut_once)
+        run = await double.enqueue(client, 7)  # its wakeup's claim fails
+        await asyncio.wait_for(failed.wait(), 30)
+        assert await run.result(timeout=30) == 14
+
+
 async def test_wakeups_faster_than_the_poll_make_one_claim_each(
     cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
