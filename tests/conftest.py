@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 
 import cyclone
+from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
 from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv
 
@@ -208,6 +209,45 @@ async def count_rows(env: CycloneEnv, table: str, where: str = "true") -> int:
     """Rows in one of Cyclone's tables (``where``: a condition of the test's own)."""
     assert table in {"cyclone_runs", "cyclone_steps", "cyclone_edges", "cyclone_tasks"}
     return int(await env.pool.fetchval(f"SELECT count(*) FROM public.{table} WHERE {where}"))
+
+
+async def dead_worker_running(
+    env: CycloneEnv,
+    run: cyclone.Run,
+    worker: str,
+    key: int,
+    *,
+    pid: int = 1,
+    machine: str | None = None,
+    grace: float | None = None,
+) -> None:
+    """As a killed worker leaves things: its live row names lock ``key``, which no session
+    holds, and the task of ``run`` (a job's, or its only one) is running under it, leased
+    for an hour. Without a ``grace`` the row is as a release before grace wrote it: lost as
+    soon as its lock is free."""
+    async with env.pool.acquire() as conn:
+        q = env.client._queries
+        task = await conn.fetchrow(
+            "SELECT queue, kind FROM public.cyclone_tasks WHERE run_id = $1", run.id
+        )
+        await db.worker_present(
+            conn, q, worker, "h", pid, [task["queue"]], [task["kind"]], [], 60, key,
+            machine=machine, grace=grace,
+        )  # fmt: skip
+        await conn.execute(
+            "UPDATE public.cyclone_tasks SET state = 'running', worker = $2, claims = 1,"
+            " attempt = 1, lease_until = now() + interval '1 hour' WHERE run_id = $1",
+            run.id,
+            worker,
+        )
+
+
+async def released_by_a_peer(env: CycloneEnv, run: cyclone.Run) -> None:
+    """Release the task of ``run`` as worker "peer-1"'s rescue releases a dead worker's,
+    leaving the attempt's error with its evidence."""
+    await dead_worker_running(env, run, "gone-1", 47)
+    async with env.pool.acquire() as conn:
+        assert await db.task_rescue(conn, env.client._queries, 100, by="peer-1")
 
 
 async def one_migration_behind(env: CycloneEnv, schema: str) -> None:

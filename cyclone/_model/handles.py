@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, overload
 
@@ -66,6 +66,29 @@ def items_done(nodes: Sequence[NodeInfo]) -> dict[str, tuple[int, int]]:
             done, total = counts.get(n.map_of, (0, 0))
             counts[n.map_of] = (done + (n.state in ("completed", "failed")), total + 1)
     return counts
+
+
+def released(error: Mapping[str, Any]) -> str | None:
+    """The evidence an attempt's error keeps of its release (its worker lost, its lease
+    expired), in words; None for an error of any other kind."""
+    by = error.get("released_by")
+    if by is None:
+        return None
+    worker = f"worker {error.get('worker', '?')}"
+    where = [f"{k} {error[k]}" for k in ("host", "pid", "backend") if error.get(k) is not None]
+    if where:
+        worker += f" ({', '.join(where)})"
+    facts = [worker]
+    for key, label in (
+        ("last_seen", "last heartbeat {}"),
+        ("lock_free_since", "lock free since {}"),
+        ("grace", "grace {} s"),
+        ("lease_until", "lease until {}"),
+    ):
+        if error.get(key) is not None:
+            facts.append(label.format(error[key]))
+    reason = str(error.get("reason", "released")).replace("_", " ")
+    return f"{reason}: released by {by} at {error.get('released_at', '?')}; " + "; ".join(facts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from rich.table import Column, Table
 
 from cyclone._client import Client
 from cyclone._model.explain import Explanation
-from cyclone._model.handles import RunInfo, RunQuery, RunState, items_done
+from cyclone._model.handles import RunInfo, RunQuery, RunState, items_done, released
 from cyclone._services.runs import PURGE_BATCH
 from cyclone.cli._common import (
     Failure,
@@ -136,6 +136,11 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             f"{last['type']}: {last['message']}" if last else "",
         )
     console.print(table)
+    for n in info.nodes:
+        for error in n.errors:
+            if (evidence := released(error)) is not None:
+                attempt = f"{n.name} attempt {error.get('attempt', '?')}"
+                console.print(f"{attempt} {evidence}", markup=False, highlight=False)
     for n in info.nodes:
         if n.child_run is not None:
             console.print(f"child of {n.name}: {n.child_run}", markup=False, highlight=False)

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cyclone._model.handles import NodeInfo, RunInfo, RunPayloads, RunState
+from cyclone._model.handles import NodeInfo, RunInfo, RunPayloads, RunState, released
 from cyclone._model.states import ReportedNodeState
 
 
@@ -40,6 +40,7 @@ class Attempt:
     at: dt.datetime | None
     took: float | None
     anchor: str
+    released: str | None = None  # who released it and why, when its worker was lost
 
     @classmethod
     def of(cls, record: Mapping[str, Any], anchor: str = "") -> Attempt:
@@ -58,6 +59,7 @@ class Attempt:
             at=at,
             took=took,
             anchor=anchor,
+            released=released(record),
         )
 
 

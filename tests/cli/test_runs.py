@@ -11,7 +11,7 @@ import cyclone
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.app import approval, echo, pipeline
 from tests.cli.process import SCRIPT, cli, environment, one_line_error
-from tests.conftest import fast_worker, reaped
+from tests.conftest import fast_worker, reaped, released_by_a_peer
 
 
 async def test_show_has_input_and_output(cyclone_env: CycloneEnv) -> None:
@@ -144,3 +144,13 @@ async def test_why_says_what_holds_each_node(cyclone_env: CycloneEnv) -> None:
     assert code == 0 and "The run was cancelled at" in out
     code, _, err = await cli("runs", "why", str(uuid.UUID(int=1)), dsn=cyclone_env.dsn)
     assert one_line_error(code, err) == f"cyclone: run {uuid.UUID(int=1)} not found"
+
+
+async def test_show_says_who_released_an_attempt(cyclone_env: CycloneEnv) -> None:
+    run = await echo.enqueue(cyclone_env.client, 3)
+    await released_by_a_peer(cyclone_env, run)
+    code, out, err = await cli("runs", "show", str(run.id), dsn=cyclone_env.dsn)
+    assert code == 0, err
+    line = next(line for line in out.splitlines() if "released by" in line)
+    assert line.startswith("cli.echo attempt 1 worker lost: released by peer-1 at ")
+    assert "worker gone-1 (host h, pid 1)" in line and "last heartbeat " in line

@@ -18,7 +18,7 @@ import cyclone
 from cyclone._storage import queries as db
 from cyclone._worker.presence import Lookout, machine_identity
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import Probe, fast_worker
+from tests.conftest import Probe, dead_worker_running, fast_worker
 
 probe = Probe()
 CANCELLED: list[int] = []  # attempts of live.hold that were cancelled
@@ -53,33 +53,6 @@ async def liveness_backend(env: CycloneEnv, worker: cyclone.Worker) -> int:
         key,
     )
     return pid
-
-
-async def dead_worker_running(
-    env: CycloneEnv,
-    run: cyclone.Run,
-    worker: str,
-    key: int,
-    *,
-    pid: int = 1,
-    machine: str | None = None,
-    grace: float | None = None,
-) -> None:
-    """As a killed worker leaves things: its live row names lock ``key``, which no session
-    holds, and the run's task is running under it, leased for an hour. Without a ``grace``
-    the row is as a release before grace wrote it."""
-    async with env.pool.acquire() as conn:
-        q = env.client._queries
-        await db.worker_present(
-            conn, q, worker, "h", pid, ["live"], ["live.hold"], [], 60, key,
-            machine=machine, grace=grace,
-        )  # fmt: skip
-        await conn.execute(
-            "UPDATE public.cyclone_tasks SET state = 'running', worker = $2, claims = 1,"
-            " attempt = 1, lease_until = now() + interval '1 hour' WHERE run_id = $1",
-            run.id,
-            worker,
-        )
 
 
 async def test_a_worker_holds_its_liveness_lock_and_names_it(cyclone_env: CycloneEnv) -> None:

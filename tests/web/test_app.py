@@ -19,6 +19,7 @@ import cyclone
 import cyclone.web
 from cyclone.testing.plugin import CycloneEnv
 from cyclone.web import _live
+from tests.conftest import released_by_a_peer
 from tests.web.conftest import Dash, Make, failed_run
 from tests.web.flows import (
     FAILING,
@@ -134,6 +135,18 @@ async def test_run_page_shows_nodes_traceback_dag_and_payloads_escaped(
         assert_escaped(html)  # the input's note and the error message
     async with make_dash() as dash:  # and in the runs list
         assert_escaped((await dash.get("/runs")).text)
+
+
+async def test_run_page_says_who_released_an_attempt(
+    cyclone_env: CycloneEnv, make_dash: Make
+) -> None:
+    run = await echo.enqueue(cyclone_env.client, "x")
+    await released_by_a_peer(cyclone_env, run)
+    async with make_dash() as dash:
+        html = (await dash.get(f"/runs/{run.id}")).text
+    [evidence] = re.findall(r'<p class="released">([^<]*)</p>', html)
+    assert evidence.startswith("worker lost: released by peer-1 at ")
+    assert "worker gone-1 (host h, pid 1)" in evidence
 
 
 async def test_run_page_draws_a_map_as_one_box_with_its_counts(
