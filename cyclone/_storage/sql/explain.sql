@@ -65,14 +65,9 @@ FROM n c
 LEFT JOIN LATERAL (  -- running: its worker's presence row, if it is still there
     SELECT w.host, w.pid, w.queues, w.kinds, w.workflows, w.started_at AS worker_started_at,
         w.seen_at, w.expires_at >= __now__ AS live,
-        -- Its liveness lock held, by the test of lost_workers (maintenance.sql); NULL: the
-        -- worker names no lock, and its tasks wait for their leases.
-        CASE WHEN w.liveness IS NOT NULL THEN EXISTS (
-            SELECT 1 FROM pg_locks l
-            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-              AND l.classid = 1668899693 AND l.objid = w.liveness::oid
-              AND l.database = (SELECT d.oid FROM pg_database d
-                                WHERE d.datname = current_database())) END AS held,
+        -- Its liveness lock held (lock_free, maintenance.sql); NULL: the worker names no
+        -- lock, and its tasks wait for their leases.
+        CASE WHEN w.liveness IS NOT NULL THEN NOT /* fragment: lock_free */ END AS held,
         -- With its lock free, its peers release its tasks once the lock has stayed free for
         -- its grace since one of them first saw it free; at once without a grace.
         coalesce(w.lock_free_since, __now__) + make_interval(secs => coalesce(w.grace, 0))
