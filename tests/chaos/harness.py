@@ -50,7 +50,9 @@ class Figures:
     recovery_s: float
     catchup_s: float
     throughput_ratio: float
+    fault_ratio: float
     pre_rate: float
+    worker_lost: int
     errors: int
     false_errors: int
     error_lines: list[str] = field(default_factory=list)
@@ -66,7 +68,9 @@ class Figures:
             _seconds(self.recovery_s),
             _seconds(self.catchup_s),
             f"{self.throughput_ratio:.2f}",
+            f"{self.fault_ratio:.2f}",
             f"{self.pre_rate:.0f}",
+            str(self.worker_lost),
             f"{self.errors}/{self.false_errors}",
         ]
 
@@ -80,7 +84,9 @@ HEADER = [
     "recovery s",
     "catch-up s",
     "throughput ratio",
+    "during the fault",
     "pre-fault effects/s",
+    "WorkerLost",
     "ERROR lines/false",
 ]
 
@@ -249,6 +255,14 @@ class Scene:
             " WHERE extract(epoch FROM pg_xact_commit_timestamp(l.xmin)) < $1",
             self.fault_end,
         )
+        # Attempts released as their worker's (WorkerLost), in the error histories of jobs
+        # and of workflow nodes.
+        worker_lost = await pool.fetchval(
+            "SELECT (SELECT count(*) FROM cyclone_runs r, jsonb_array_elements(r.errors) e"
+            "        WHERE e->>'type' = 'WorkerLost')"
+            " + (SELECT count(*) FROM cyclone_steps s, jsonb_array_elements(s.errors) e"
+            "    WHERE e->>'type' = 'WorkerLost')"
+        )
         errors, false_errors = await self._error_lines(pool)
         pre = self.fault_start - self._pre_start()
         pre_rate = _count(times, self._pre_start(), self.fault_start) / pre
@@ -262,7 +276,10 @@ class Scene:
             catchup_s=max(0.0, (catchup or self.fault_end) - self.fault_end),
             throughput_ratio=_count(times, self.fault_start, self.post_end)
             / (pre_rate * (self.post_end - self.fault_start)),
+            fault_ratio=_count(times, self.fault_start, self.fault_end)
+            / (pre_rate * max(self.fault_end - self.fault_start, BUCKET)),
             pre_rate=pre_rate,
+            worker_lost=worker_lost,
             errors=len(errors),
             false_errors=len(false_errors),
             error_lines=errors,
