@@ -311,7 +311,7 @@ async def test_maintenance_announces_what_committed_when_a_later_step_fails(
     await listener.settle()
     listener.payloads.clear()
 
-    async def broken(*args: object) -> list[asyncpg.Record]:
+    async def broken(*args: object, **kwargs: object) -> list[asyncpg.Record]:
         raise asyncpg.ConnectionDoesNotExistError("connection lost")
 
     monkeypatch.setattr(db, "task_expired_exhausted", broken)
