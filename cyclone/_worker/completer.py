@@ -1,13 +1,15 @@
-"""The one writer of attempt outcomes: completions, retries, snoozes, hand-backs, failures.
+"""The batch writer of attempt outcomes: the one place they reach the database.
 
-Outcomes wait in a buffer and are written in batches, a few statements per batch however many
-outcomes it holds: workflow node completions in one transaction, job completions in one
-statement, tasks put back in their queue in one statement, failures one at a time (they are
-rare, and each fails its run). Every write is fenced by the attempt's (task, claims):
-an outcome of an attempt whose task was reclaimed or cancelled matches no row and is
-rejected. A write that loses its connection is tried again, with backoff, until the database
-answers; if an earlier try may have committed, the record says whether it did. Each outcome
-is reported as accepted or rejected, so nobody reports what the database refused.
+Outcomes wait in a bounded buffer and are written in batches by a few writers at once, each
+on its own connection, a few statements per batch however many outcomes it holds: workflow
+node completions in one transaction, job completions in one statement, tasks put back in
+their queue in one statement, failures one at a time (they are rare, and each fails its
+run). What each of those statements does is ``writes.py``'s; this module decides when, on
+which connection and how often. A write that loses its connection is tried again, with
+backoff, until the database answers, or until a stopping worker gives up on it; if an
+earlier try may have committed before its reply was lost, the record says whether it did.
+Each outcome is reported as accepted or rejected, so nobody reports what the database
+refused, and what a committed write changed is announced.
 
 A completion inside the handler's completion transaction is written on that connection and
 committed with the handler's writes, at once (its queue slot waits for the commit).
@@ -20,15 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import asyncpg
 
 from cyclone._model.errors import InvalidStateError, SchemaNotMigratedError
-from cyclone._services import loops, transitions
+from cyclone._services import loops
 from cyclone._services.database import Database, Held
 from cyclone._services.publisher import Publisher
 from cyclone._services.transitions import Effects
@@ -36,13 +37,12 @@ from cyclone._storage import queries as db
 from cyclone._worker.outcomes import (
     Completed,
     Failed,
-    HandedBack,
     Outcome,
     Released,
-    Retry,
     aborted_completion,
     lost_completion,
 )
+from cyclone._worker.writes import Accepted, OutcomeWrites, Spawn
 
 logger = logging.getLogger("cyclone")
 
@@ -51,24 +51,9 @@ _LOG_EVERY = 10  # tries of one write between two warnings about it
 _WRITERS = 3  # batches written at once, each on its own connection
 
 
-Accepted = set[tuple[int, int]]
+# One group's write and its confirm (writes.py), as the batch writer calls them.
 Write = Callable[[db.Conn, Sequence[Any]], Awaitable[tuple[Accepted, Effects]]]
 Confirm = Callable[[db.Conn, Sequence[Any], Effects], Awaitable[Accepted]]
-
-
-class Spawn(Protocol):
-    """Submits the child runs of completed child nodes on the completion's connection."""
-
-    def prepare(self, outcome: Completed) -> None:
-        """Make ready, outside any transaction, what the outcome's child node submits."""
-
-    def forget(self, outcomes: Sequence[Completed]) -> None:
-        """Drop what was made ready for these outcomes, which submit nothing."""
-
-    async def __call__(
-        self, conn: db.Conn, outcomes: Sequence[Completed]
-    ) -> tuple[Effects, list[uuid.UUID]]:
-        """Submit the child runs of these child nodes: what that announces, and the runs."""
 
 
 @dataclass(slots=True)
@@ -94,9 +79,9 @@ class Completer:
         spawn: Spawn | None = None,
     ) -> None:
         self._database = database
-        self._spawn = spawn
+        self._spawn = spawn  # made ready as an outcome arrives; submitted by the writes
+        self._writes = OutcomeWrites(database.queries, spawn)
         self._connections = Held(database, keep=_WRITERS)  # its writers', between batches
-        self._q = database.queries
         self._publisher = publisher
         self._bound = bound
         self._on_written = on_written
@@ -190,15 +175,16 @@ class Completer:
                 failed.append(item)
             else:
                 released.append(item)
+        writes = self._writes
         if nodes:
-            await self._persist(nodes, self._complete_nodes, self._confirm_completed, tx=True)
+            await self._persist(nodes, writes.complete_nodes, writes.confirm_completed, tx=True)
         if jobs:
-            await self._persist(jobs, self._complete_jobs, self._confirm_completed, tx=False)
+            await self._persist(jobs, writes.complete_jobs, writes.confirm_completed, tx=False)
         if released:
-            await self._persist(released, self._release, self._confirm_released, tx=False)
+            await self._persist(released, writes.release, writes.confirm_released, tx=False)
         for item in failed:  # one at a time: a node's failure locks and fails its run
             node = item.outcome.claimed.node is not None  # a job's is one statement
-            await self._persist([item], self._fail, self._confirm_failed, tx=node)
+            await self._persist([item], writes.fail, writes.confirm_failed, tx=node)
 
     async def _persist(
         self, group: list[_Pending], write: Write, confirm: Confirm, *, tx: bool
@@ -255,57 +241,7 @@ class Completer:
             )
         await asyncio.sleep(delay)
 
-    # Completions
-
-    async def _complete_jobs(
-        self, conn: db.Conn, outcomes: Sequence[Completed]
-    ) -> tuple[Accepted, Effects]:
-        rows = await db.job_complete_many(conn, self._q, _completions(outcomes))
-        effects = Effects(ended={r["run_id"] for r in rows})
-        return {(r["id"], r["claims"]) for r in rows}, effects
-
-    async def _complete_nodes(
-        self, conn: db.Conn, outcomes: Sequence[Completed]
-    ) -> tuple[Accepted, Effects]:
-        """Complete workflow nodes and advance their runs (in the caller's transaction)."""
-        await db.run_lock_many(conn, self._q, [o.claimed.run_id for o in outcomes])
-        rows = await db.node_complete_many(conn, self._q, _completions(outcomes))
-        accepted = {(r["id"], r["claims"]) for r in rows}
-        spawned: Effects | None = None
-        children: list[uuid.UUID] = []
-        if waiting := {(r["id"], r["claims"]) for r in rows if r["child"]}:
-            # Child nodes: their child runs, in this transaction.
-            assert self._spawn is not None, "a child node completed by a worker without spawn"
-            nodes = [o for o in outcomes if o.claimed.key in waiting]
-            spawned, children = await self._spawn(conn, nodes)
-        if self._spawn is not None:
-            self._spawn.forget([o for o in outcomes if o.claimed.key not in waiting])
-        effects = await transitions.advance_completed(conn, self._q, rows, children)
-        if spawned is not None:
-            effects.merge(spawned)
-        return accepted, effects
-
-    async def _complete(
-        self, conn: db.Conn, outcomes: Sequence[Completed]
-    ) -> tuple[Accepted, Effects]:
-        if outcomes[0].claimed.node is None:
-            return await self._complete_jobs(conn, outcomes)
-        return await self._complete_nodes(conn, outcomes)
-
-    async def _confirm_completed(
-        self, conn: db.Conn, unsure: Sequence[Completed], effects: Effects
-    ) -> Accepted:
-        """The attempts an earlier try completed; their jobs' runs ended.
-
-        (What a node's completion released was announced by nobody; polling finds it.)
-        """
-        claimed = [o.claimed for o in unsure]
-        done = await db.attempts_completed(
-            conn, self._q, db.Fence.of(claimed), [c.node for c in claimed]
-        )
-        found = [c for c in claimed if (c.run_id, c.node) in done]
-        effects.ended.update(c.run_id for c in found if c.node is None)
-        return {c.key for c in found}
+    # A completion in the handler's own transaction
 
     async def commit(self, outcome: Completed) -> bool:
         """Complete inside the handler's completion transaction and commit it all together;
@@ -321,7 +257,7 @@ class Completer:
         completion = outcome.completion
         assert completion is not None
         try:
-            accepted, effects = await self._complete(completion.connection, [outcome])
+            accepted, effects = await self._writes.complete(completion.connection, [outcome])
         except BaseException as exc:
             await asyncio.shield(completion.rollback())
             if isinstance(exc, db.RETRYABLE_ERRORS):
@@ -350,71 +286,8 @@ class Completer:
         while True:
             try:
                 async with self._database.borrow() as conn:
-                    found = await self._confirm_completed(conn, [outcome], Effects())
+                    found = await self._writes.confirm_completed(conn, [outcome], Effects())
                 return outcome.claimed.key in found
             except db.RETRYABLE_ERRORS as exc:
                 await self._before_next_try([outcome], exc, tries)
                 tries += 1
-
-    # Tasks back to their queue
-
-    async def _release(
-        self, conn: db.Conn, outcomes: Sequence[Released]
-    ) -> tuple[Accepted, Effects]:
-        """Retries, snoozes and hand-backs, in one statement."""
-        delays = [0.0 if isinstance(o, HandedBack) else o.delay for o in outcomes]
-        rows = await db.task_retry_many(
-            conn,
-            self._q,
-            db.Fence.of(o.claimed for o in outcomes),
-            delays,
-            [o.error if isinstance(o, Retry) else None for o in outcomes],
-            [not isinstance(o, Retry) for o in outcomes],  # snooze, hand-back: refunded
-        )
-        # A stale attempt and its task's next one may share a batch: the fence matched the
-        # newer claim, the task's current one.
-        claims: dict[int, int] = {}
-        for o in outcomes:
-            claims[o.claimed.id] = max(o.claimed.claims, claims.get(o.claimed.id, 0))
-        accepted = {(r["id"], claims[r["id"]]) for r in rows}
-        now = {o.claimed.id for o, d in zip(outcomes, delays, strict=True) if d <= 0}
-        effects = Effects(queues={r["queue"] for r in rows if r["queue"] and r["id"] in now})
-        return accepted, effects
-
-    async def _confirm_released(
-        self, conn: db.Conn, unsure: Sequence[Released], effects: Effects
-    ) -> Accepted:
-        claimed = [o.claimed for o in unsure]
-        return await db.attempts_released(
-            conn, self._q, db.Fence.of(claimed), [c.attempt for c in claimed]
-        )
-
-    # Failures
-
-    async def _fail(self, conn: db.Conn, outcomes: Sequence[Failed]) -> tuple[Accepted, Effects]:
-        """Fail one attempt for good: the job or node fails, and the run with it."""
-        [o] = outcomes
-        c = o.claimed
-        owned, effects = await transitions.fail_node_or_job(
-            conn, self._q, c, o.error, expired_only=False
-        )
-        return ({c.key} if owned else set()), effects
-
-    async def _confirm_failed(
-        self, conn: db.Conn, unsure: Sequence[Failed], effects: Effects
-    ) -> Accepted:
-        done = await db.attempts_failed(
-            conn,
-            self._q,
-            [o.claimed.run_id for o in unsure],
-            [o.claimed.node for o in unsure],
-            [o.error for o in unsure],
-        )
-        found = [o.claimed for o in unsure if (o.claimed.run_id, o.claimed.node) in done]
-        effects.ended.update(c.run_id for c in found)
-        return {c.key for c in found}
-
-
-def _completions(outcomes: Sequence[Completed]) -> db.Completions:
-    """The attempts of ``outcomes`` as the completion statements take them."""
-    return db.Completions(db.Fence.of(o.claimed for o in outcomes), [o.output for o in outcomes])
