@@ -14,6 +14,10 @@ also take tasks with no free slot yet, within the limits of ``ahead.py``. Each w
 the next slot freed, its lease kept; no more than ``limit`` handlers run at once, and the
 next claim travels while the held tasks run. ``slots.py`` keeps the slots and the waiting
 attempts, and draws the states of an attempt claimed ahead.
+
+The producer only claims: it hands each claim's attempts over to ``attempt.py``, which runs
+them, has their outcomes written and keeps their leases meanwhile, and calls :meth:`freed`
+as each gives its slot up.
 """
 
 from __future__ import annotations
@@ -29,20 +33,11 @@ from cyclone._services.loops import Poll, jittered, retry_delay
 from cyclone._services.observe import Observers
 from cyclone._storage import queries as db
 from cyclone._worker.ahead import Pace, most_ahead
+from cyclone._worker.attempt import Attempts, Lane
 from cyclone._worker.completer import Completer
-from cyclone._worker.executor import Executor
 from cyclone._worker.gate import Gate
-from cyclone._worker.leases import LeaseKeeper
-from cyclone._worker.outcomes import (
-    Claimed,
-    Claiming,
-    Completed,
-    CompletionAborted,
-    HandedBack,
-    Lost,
-    Outcome,
-)
-from cyclone._worker.slots import AHEAD_WAIT, Slots
+from cyclone._worker.outcomes import Claimed, Claiming
+from cyclone._worker.slots import Slots
 
 logger = logging.getLogger("cyclone")
 
@@ -52,7 +47,8 @@ CLAIMS_AT_ONCE = 2
 
 
 class Producer:
-    """Claims from queue ``name`` up to ``limit`` attempts at a time."""
+    """Claims from queue ``name`` up to ``limit`` attempts at a time, and hands them to
+    ``attempts``; ``completer`` is asked how many more outcomes its buffer takes."""
 
     def __init__(
         self,
@@ -62,25 +58,24 @@ class Producer:
         limit: int,
         claiming: Claiming,
         *,
-        executor: Executor,
+        attempts: Attempts,
         completer: Completer,
-        leases: LeaseKeeper,
     ) -> None:
         self._database = database
         self._observers = observers
         self.name = name
         self.limit = limit
         self._claiming = claiming
-        self._executor = executor
+        self._attempts = attempts
         self._completer = completer
-        self._leases = leases
         # Its claims' connection, kept between claims (a second claim in flight pools one).
         self._connection = Held(database)
         self._wake = asyncio.Event()
         self._stopping = False
-        self._slots = Slots(limit, leases)
+        self._slots = Slots(limit)
         self._reserved = 0  # slots held for the claims in flight (and tasks claimed ahead)
         self._pace = Pace()  # of its handlers: how far it may claim ahead
+        self._lane = Lane(self._slots, self._pace, self.freed)  # what its attempts share
         self._claims: set[asyncio.Task[None]] = set()  # in flight
         self._last_claim_full = False
         self._failed = 0  # claims failed in a row (the database out of reach)
@@ -114,7 +109,7 @@ class Producer:
         started are handed back)."""
         self._stopping = True
         self._wake.set()
-        self._slots.hand_back(None, "shutdown")
+        self._attempts.hand_back(self._lane, None, "shutdown")
 
     def _ahead(self) -> int:
         """How many tasks claims may take beyond the free slots (module docstring): one claim
@@ -239,13 +234,7 @@ class Producer:
         claim = asyncio.current_task()
         assert claim is not None
         self._claim_ended(claim, limit)
-        for claimed, turn in attempts:
-            task = loop.create_task(self._attempt(claimed, turn), name=f"cyclone-task-{claimed.id}")
-            self._leases.hold(claimed, task)
-        if turns and self._stopping:
-            self._slots.hand_back(turns, "shutdown")
-        elif turns:
-            loop.call_later(AHEAD_WAIT, self._overdue, turns)
+        self._attempts.start(self._lane, attempts, turns, stopping=self._stopping)
 
     async def _take(self, conn: db.Conn, limit: int, ahead: int) -> db.ClaimedRows:
         c = self._claiming
@@ -256,101 +245,11 @@ class Producer:
             ahead,
             # The queue uses flow control now: what this worker claimed ahead and has not
             # started goes back, for the limits to count (a limit counts it as running).
-            limited=lambda: self._slots.hand_back(None, "limited"),
+            limited=lambda: self._attempts.hand_back(self._lane, None, "limited"),
         )
 
-    async def _attempt(self, claimed: Claimed, turn: asyncio.Future[None] | None) -> None:
-        """One attempt: (claimed ahead: wait for a slot) run it in a slot, hand its outcome
-        to the completer, report it."""
-        if turn is not None and not await self._turn(claimed, turn):
-            return
-        started = time.perf_counter()
-        slot = _Slot(self)
-        try:
-            outcome = await self._executor.run(claimed)
-            self._pace.timed(time.perf_counter() - started)
-            outcome, accepted = await self._write(outcome, slot)
-        except asyncio.CancelledError:  # from outside: nothing written, the lease runs out
-            self._executor.report(Lost(claimed), True, started)
-            raise
-        except Exception as exc:  # supervised: whatever went wrong, the worker goes on
-            logger.error(
-                "%s: writing its outcome failed: %s: %s; the lease will run out and the "
-                "attempt is then reclaimed",
-                claimed,
-                type(exc).__name__,
-                exc,
-                exc_info=exc,
-                extra=claimed.log_fields(),
-            )
-            self._executor.report(Lost(claimed), True, started)  # as cancelled: not written
-            return
-        finally:
-            slot.free()
-            self._leases.drop(claimed)
-        self._executor.report(outcome, accepted, started)
-
-    async def _write(self, outcome: Outcome, slot: _Slot) -> tuple[Outcome, bool]:
-        """Have the completer write the outcome: the outcome as written, and whether the
-        database accepted it."""
-        if isinstance(outcome, Lost):
-            return outcome, True  # nothing to write: the task is no longer this attempt's
-        if isinstance(outcome, Completed) and outcome.completion is not None:
-            try:
-                return outcome, await self._completer.commit(outcome)  # in the slot
-            except CompletionAborted as exc:  # nothing was written: the attempt failed
-                outcome = self._executor.failure(outcome.claimed, exc)
-        verdict = self._completer.submit(outcome)
-        slot.free()
-        return outcome, await verdict
-
-    async def _turn(self, claimed: Claimed, turn: asyncio.Future[None]) -> bool:
-        """Wait until a slot passes to this attempt claimed ahead; False if it is not to
-        run: it was handed back (written here: a stopping worker, a wait longer than
-        AHEAD_WAIT, or the queue's flow control), or it lost its task."""
-        try:
-            await turn
-            return True
-        except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():
-                self.freed()  # the slot came as it was cancelled: on to the next one
-            else:
-                self._slots.withdraw(turn)
-            reason = self._leases.reason(claimed)
-            if reason is None:  # from outside: as a running attempt cancelled so
-                self._leases.drop(claimed)
-                self._executor.report(Lost(claimed), True, time.perf_counter())
-                raise
-        # Handed back (by a stopping worker, after AHEAD_WAIT, once a limit is in use), or lost.
-        outcome: Outcome = Lost(claimed) if reason == "lost" else HandedBack(claimed, started=False)
-        started = time.perf_counter()
-        self._leases.finishing(claimed)  # the heartbeat must not cancel the hand-back
-        try:
-            _, accepted = await self._write(outcome, _Slot(None))
-        except Exception as exc:  # as _attempt()'s: the lease runs out, it is reclaimed
-            logger.error(
-                "%s, claimed ahead: handing it back failed: %s: %s; the lease will run out",
-                claimed,
-                type(exc).__name__,
-                exc,
-                extra=claimed.log_fields(),
-            )
-            outcome, accepted = Lost(claimed), True
-        finally:
-            self._leases.drop(claimed)
-        self._executor.report(outcome, accepted, started)
-        return False
-
-    def _overdue(self, turns: list[asyncio.Future[None]]) -> None:
-        """Hand back those of a claim's tasks claimed ahead that still wait for a slot after
-        AHEAD_WAIT: the handlers in the slots took at least that long."""
-        late = self._slots.still_waiting(turns)
-        if late:
-            self._pace.timed(AHEAD_WAIT)
-            self._slots.hand_back(late, "overdue")
-
     def freed(self) -> None:
-        """One of this queue's attempts ended: its slot is free (via its :class:`_Slot`), or
+        """One of this queue's attempts gave its slot up (``attempt.py``): the slot is free, or
         passes to the first attempt claimed ahead that waits."""
         self._slots.free()
         # A handler that does not wait passes its slot on within this pass of the event loop.
@@ -363,17 +262,3 @@ class Producer:
         wanted = self._last_claim_full or self._gate.held or self._owed or self._stopping
         if wanted and not (ahead and self._start_claims()):
             self._wake.set()
-
-
-class _Slot:
-    """One of the queue's slots, taken by an attempt until freed (once)."""
-
-    __slots__ = ("_producer",)
-
-    def __init__(self, producer: Producer | None) -> None:
-        self._producer: Producer | None = producer
-
-    def free(self) -> None:
-        if self._producer is not None:
-            self._producer.freed()
-            self._producer = None

@@ -13,16 +13,16 @@ attempt claimed ahead is in one of these states::
        +--(its task is lost meanwhile: the heartbeat
            marks it, and cancels its turn)----------------> lost (never runs)
 
-A handed-back or lost attempt writes its outcome without a slot (see the producer's
-``_turn``); a started one frees its slot when its handler ends, which passes it to the next
-turn still waiting, or else makes it free.
+A handed-back or lost attempt writes its outcome without a slot (``attempt.py``, which
+also marks why it hands one back); a started one frees its slot when its handler ends, which
+passes it to the next turn still waiting, or else makes it free.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
-from cyclone._worker.leases import LeaseKeeper
 from cyclone._worker.outcomes import Claimed
 
 AHEAD_WAIT = 1.0
@@ -35,13 +35,12 @@ class Slots:
     """The ``limit`` slots of one queue: how many are taken, and the turns of the attempts
     claimed ahead that wait for one."""
 
-    __slots__ = ("_leases", "_waiting", "limit", "running")
+    __slots__ = ("_waiting", "limit", "running")
 
-    def __init__(self, limit: int, leases: LeaseKeeper) -> None:
+    def __init__(self, limit: int) -> None:
         self.limit = limit
         self.running = 0
         """Slots taken by attempts (started, or given a slot by :meth:`take`)."""
-        self._leases = leases
         self._waiting: dict[asyncio.Future[None], Claimed] = {}  # in claim order
 
     @property
@@ -79,12 +78,12 @@ class Slots:
         """Those of ``turns`` that no slot has come to yet."""
         return [t for t in turns if t in self._waiting]
 
-    def hand_back(self, turns: list[asyncio.Future[None]] | None, reason: str) -> None:
-        """Hand back these waiting attempts (None: every one), for ``reason`` ("shutdown",
-        "overdue", "limited"). Their turn is cancelled, not their task: a task created in
-        this pass of the event loop has not started, and one cancelled before it starts
-        never runs its body."""
+    def waiting_in(
+        self, turns: list[asyncio.Future[None]] | None
+    ) -> Iterator[tuple[asyncio.Future[None], Claimed]]:
+        """Those of ``turns`` (None: every one) that still wait, with their attempts: the
+        turns to cancel to hand them back."""
         for turn in list(self._waiting) if turns is None else turns:
             claimed = self._waiting.get(turn)
-            if claimed is not None and not turn.done() and self._leases.mark(claimed, reason):
-                turn.cancel()
+            if claimed is not None and not turn.done():
+                yield turn, claimed

@@ -4,9 +4,12 @@ runs its lifecycle (start, stop, run, hurry, idle, drain).
 ::
 
     NOTIFY / poll / freed slot ─> Producer (one per queue: producer.py) claims tasks
-                                    └─> Executor (executor.py) runs each attempt
-                                          └─> an outcome value (outcomes.py)
-                                                └─> Completer (completer.py) writes it
+                                    └─> Attempts (attempt.py): each attempt in its slot
+                                        (slots.py), its lease held until its outcome is written
+                                          ├─> Executor (executor.py) runs its handler
+                                          │     └─> an outcome value (outcomes.py)
+                                          └─> Completer (completer.py) writes it in a
+                                                batch, by the outcome writes (writes.py)
     LeaseKeeper (leases.py): heartbeat, presence, cancels handlers whose task is gone
     maintenance (maintenance.py): reclaims expired leases, fails what is overdue
 """
@@ -31,6 +34,7 @@ from cyclone._services.resource import AsyncResource
 from cyclone._storage import queries as db
 from cyclone._worker import maintenance
 from cyclone._worker.ahead import most_ahead
+from cyclone._worker.attempt import Attempts
 from cyclone._worker.completer import Completer
 from cyclone._worker.executor import Executor
 from cyclone._worker.leases import LeaseKeeper
@@ -199,6 +203,7 @@ class Worker(AsyncResource):
             self.poll_interval,
             claim_ahead,
         )
+        attempts = Attempts(executor, self._completer, self._leases)
         self._producers = {
             name: Producer(
                 services.database,
@@ -206,9 +211,8 @@ class Worker(AsyncResource):
                 name,
                 limit,
                 claiming,
-                executor=executor,
+                attempts=attempts,
                 completer=self._completer,
-                leases=self._leases,
             )
             for name, limit in self._queues.items()
         }

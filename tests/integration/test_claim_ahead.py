@@ -17,7 +17,7 @@ import pytest
 import cyclone
 from cyclone._storage import queries as db
 from cyclone._worker import ahead as _ahead
-from cyclone._worker import producer as _producer
+from cyclone._worker import attempt as _attempt
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import fast_worker
 
@@ -64,7 +64,7 @@ def env(cyclone_env: CycloneEnv, monkeypatch: pytest.MonkeyPatch) -> CycloneEnv:
     global gate
     gate = Gate()
     # However slow the machine, what was claimed ahead waits until the test lets it go.
-    monkeypatch.setattr(_producer, "AHEAD_WAIT", 3600.0)
+    monkeypatch.setattr(_attempt, "AHEAD_WAIT", 3600.0)
     return cyclone_env
 
 
@@ -232,7 +232,7 @@ async def test_tasks_waiting_too_long_go_back_and_nothing_more_is_claimed_ahead(
     """The handlers in the slots were not short after all: after AHEAD_WAIT, what waits for
     a slot is handed back to other workers (attempt given back), and not claimed ahead again
     while the queue's handlers are known to be long."""
-    monkeypatch.setattr(_producer, "AHEAD_WAIT", 0.3)
+    monkeypatch.setattr(_attempt, "AHEAD_WAIT", 0.3)
     async with fast_worker(env.client, steps=[work], queues={"ahead": SLOTS}) as worker:
         await warmed_then_blocked(env, worker)
 
