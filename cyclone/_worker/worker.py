@@ -12,6 +12,7 @@ runs its lifecycle (start, stop, run, hurry, idle, drain).
                                                 batch, by the outcome writes (writes.py)
     LeaseKeeper (leases.py): heartbeat, presence, cancels handlers whose task is gone
     maintenance (maintenance.py): reclaims expired leases, fails what is overdue
+    stop (shutdown.py): lets running handlers finish, then cancels them
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from cyclone._worker.presence import DEFAULT_GRACE, PROBE_INTERVAL, Presence
 from cyclone._worker.producer import Producer
 from cyclone._worker.scheduler import Scheduler
 from cyclone._worker.served import check_served
+from cyclone._worker.shutdown import finish_handlers
 from cyclone._worker.spawn import ChildSpawner
 
 if TYPE_CHECKING:
@@ -282,49 +284,14 @@ class Worker(AsyncResource):
             producer.stop()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         deadline = self.shutdown_timeout if timeout is None else timeout
-        attempts = self._leases.tasks()
-        extra = {"worker": self.id, "running": len(attempts), "shutdown_timeout": deadline}
-        handlers = f"{len(attempts)} handler{'s' * (len(attempts) != 1)}"
-        logger.info(
-            "worker %s stopping: %s",
-            self.id,
-            f"{handlers} running; waiting up to {deadline:g} s for them to finish, then "
-            "cancelling the rest"
-            if attempts
-            else "no handlers running",
-            extra=extra,
+        await finish_handlers(
+            self._leases,
+            self._completer,
+            deadline=deadline,
+            hurried=self._hurry,
+            hurry=self.hurry,
+            worker_id=self.id,
         )
-        if attempts:
-            # Until every attempt is done, the deadline passes, or hurry() is called.
-            began = asyncio.get_running_loop().time()
-            finished: asyncio.Future[Any] = asyncio.gather(*attempts, return_exceptions=True)
-            hurried: asyncio.Future[Any] = asyncio.ensure_future(self._hurry.wait())
-            await asyncio.wait(
-                [finished, hurried], timeout=deadline, return_when=asyncio.FIRST_COMPLETED
-            )
-            hurried.cancel()
-            left = sum(not a.done() for a in attempts)
-            if left:
-                when = "when told to stop now" if self._hurry.is_set() else f"after {deadline:g} s"
-                logger.warning(
-                    "worker %s: %d of %s still running %s; cancelling them, their tasks are "
-                    "given back for any worker to claim",
-                    self.id,
-                    left,
-                    handlers,
-                    when,
-                    extra=extra,
-                )
-            else:
-                waited = asyncio.get_running_loop().time() - began
-                logger.info(
-                    "worker %s: %s finished in %.1f s", self.id, handlers, waited, extra=extra
-                )
-            self.hurry()  # cancels the handlers still running; they give their tasks back
-            # Outcomes the database does not take in that time are given up on (their
-            # leases run out): a stop must end.
-            self._completer.give_up_after(deadline)
-            await finished
         await self._scheduler.stop()  # schedules
         for task in self._housekeeping:
             task.cancel()
