@@ -1,15 +1,17 @@
 """An attempt's life in this worker, from the claim that made it to its reported outcome.
 
 A producer claims tasks, takes a slot for each (or a turn, for a task claimed ahead: see
-``slots.py``) and hands the claim's attempts to :meth:`Attempts.start`. From then on this
-is the one room that tells the lease keeper about an attempt: it holds the attempt's lease
-from its start until its outcome is written, and marks why it hands back an attempt
-claimed ahead that is not to run.
+``slots.py``) and hands the claim's attempts to :meth:`Attempts.start`. From then on this is
+the room that tells the lease keeper about the attempt: it holds the attempt's lease from
+its start until its outcome is written, and marks why it hands back an attempt claimed
+ahead that is not to run. (The executor only marks the end of a handler, and asks why one
+was cancelled.)
 
 ::
 
     held (its lease kept)
-      ├─> claimed ahead: waits for its turn ─> handed back, or lost: written without a slot
+      ├─> claimed ahead: first waits for its turn; handed back or lost instead, it is written
+      │   without a slot, reported, and goes no further
       └─> runs in its slot (executor.py) ─> an outcome value (outcomes.py)
             └─> written (completer.py): the slot frees once the outcome is buffered, or
                 once the handler's completion transaction commits
