@@ -12,7 +12,7 @@ import contextlib
 import datetime as dt
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import asyncpg
@@ -159,6 +159,21 @@ class Client(AsyncResource):
         with asyncpg's statement cache on (docs/operations.md, PgBouncer)."""
         await self._services.database.check_schema()
 
+    async def pending_migrations(self) -> list[int]:
+        """The versions of the migrations this package ships that the schema lacks, oldest
+        first (empty when it is up to date): what ``cyclone migrate --check`` lists, for a
+        deploy pipeline or an admin page. :class:`SchemaVersionError` if the schema has
+        migrations this package does not know (upgrade cyclone-pg on this host)."""
+        return await self._services.database.pending_migrations()
+
+    async def wait_until_ready(self, *, wait_for_schema: bool = False) -> None:
+        """Wait until the database answers (each reason to wait logged once), then check the
+        schema and the pool's route to PostgreSQL, as a worker does before it starts: for a
+        deploy step or a readiness probe. With ``wait_for_schema``, also wait while the schema
+        lacks migrations (another process is applying them); without, raise
+        :class:`SchemaNotMigratedError`. Cancel the call to stop waiting."""
+        await self._services.database.wait_until_ready(wait_for_schema=wait_for_schema)
+
     @property
     def queues(self) -> Queues:
         """Flow control: pause and resume queues, and set the concurrency and rate limits
@@ -261,15 +276,19 @@ class Client(AsyncResource):
         older_than: dt.timedelta | float,
         *,
         states: Iterable[RunState] = (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED),
+        on_batch: Callable[[int], None] | None = None,
     ) -> int:
         """Delete runs that ended more than ``older_than`` ago; return how many.
 
-        Deletes in batches, each its own short transaction. A purged run's submit key is free.
+        Deletes in batches, each its own short transaction, and calls ``on_batch`` with the
+        count of each (for a progress bar). A purged run's submit key is free.
         """
         age = dt.timedelta(seconds=seconds(older_than, what="older_than"))
         wanted = [RunState(s) for s in states]
+        if on_batch is not None and not callable(on_batch):
+            raise InvalidInputError(f"on_batch must be a callable taking a count, not {on_batch!r}")
         return await self._services.runs.purge(
-            [(s, age) for s in wanted], PURGE_BATCH, batches=None
+            [(s, age) for s in wanted], PURGE_BATCH, batches=None, on_batch=on_batch
         )
 
     async def stats(self) -> list[QueueStats]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from cyclone._model.errors import InvalidStateError
+from cyclone._model.errors import InvalidStateError, SchemaNotMigratedError
 from cyclone._services import pooler as _pooler
 from cyclone._services import readiness
 from cyclone._storage.loader import Queries
@@ -148,6 +148,16 @@ class Database:
         async with self.acquire() as conn:
             await readiness.check(conn, self.queries)
         await _pooler.check(self.pool, self.queries, listens=False)
+
+    async def pending_migrations(self) -> list[int]:
+        """The migrations this package ships that the schema lacks (the pool's route is not
+        checked: applying migrations does not need it)."""
+        async with self.acquire() as conn:
+            try:
+                await readiness.check(conn, self.queries)
+            except SchemaNotMigratedError as exc:
+                return exc.missing
+        return []
 
     async def wait_until_ready(self, *, wait_for_schema: bool) -> None:
         """Wait until the database answers (and, with ``wait_for_schema``, is migrated), then

@@ -15,7 +15,6 @@ from rich.table import Column, Table
 from cyclone._client import Client
 from cyclone._model.explain import Explanation
 from cyclone._model.handles import RunInfo, RunQuery, RunState, items_done, released
-from cyclone._services.runs import PURGE_BATCH
 from cyclone.cli._common import (
     Failure,
     add_row,
@@ -241,8 +240,6 @@ def purge(ctx: click.Context, older_than: str, state: tuple[str, ...]) -> None:
                 seen += count
                 progress.update(task, advance=count, description=f"purged {seen}")
 
-            return await client._services.runs.purge(
-                [(s, age) for s in states], PURGE_BATCH, batches=None, on_batch=purged
-            )
+            return await client.purge_terminal_runs(age, states=states, on_batch=purged)
 
     click.echo(f"purged {with_client(ctx, go)} runs")

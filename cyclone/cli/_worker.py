@@ -13,10 +13,8 @@ import click
 from click.core import ParameterSource
 
 from cyclone._client import Client
-from cyclone._model.errors import SchemaNotMigratedError
 from cyclone._model.steps import Step
 from cyclone._model.workflows import Workflow
-from cyclone._services.readiness import check as check_migrations
 from cyclone._storage.loader import MIGRATIONS
 from cyclone._worker.worker import DEFAULT_CONCURRENCY, Worker
 from cyclone.cli._common import Failure, command, main, with_client
@@ -66,8 +64,7 @@ def migrate(ctx: click.Context, only_check: bool) -> None:
         # A schema migrated by a newer cyclone-pg is not up to date for this one: the check
         # says so (SchemaVersionError) and what to do. Only the migrations are checked: the
         # pool's route (a pooler's settings) is the worker's concern, not the migration's.
-        async with client._services.database.acquire() as conn:
-            await check_migrations(conn, client._queries)
+        await client.pending_migrations()
         return applied
 
     applied = with_client(ctx, go, check=False)
@@ -79,12 +76,7 @@ def _check_pending(ctx: click.Context) -> None:
     schema newer than this package fails as every command does (upgrade cyclone-pg)."""
 
     async def pending(client: Client) -> list[int]:
-        async with client._services.database.acquire() as conn:
-            try:
-                await check_migrations(conn, client._queries)
-            except SchemaNotMigratedError as exc:
-                return exc.missing
-        return []
+        return await client.pending_migrations()
 
     missing = with_client(ctx, pending, check=False)
     schema = ctx.obj["schema"]
@@ -256,7 +248,7 @@ def worker(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
         # Until the database answers (and is migrated, with --wait-for-migrations), or a signal.
-        ready = client._services.database.wait_until_ready(wait_for_schema=wait_for_migrations)
+        ready = client.wait_until_ready(wait_for_schema=wait_for_migrations)
         if not await _unless_stopped(stop, ready):
             return
         w = await build(client)

@@ -7,8 +7,9 @@ import asyncio
 import pytest
 
 import cyclone
+from cyclone._storage.loader import MIGRATIONS
 from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv
-from tests.conftest import Records
+from tests.conftest import Records, one_migration_behind
 
 
 @cyclone.step("schema_check.echo", queue="schema_check")
@@ -91,3 +92,36 @@ async def test_a_worker_waits_for_migrations(cyclone_env: CycloneEnv, records: R
         "waiting for migrations: schema 'migrated_later' has no Cyclone tables: run "
         "`cyclone migrate` (or `await client.migrate()`); checking again until they are applied"
     ]
+
+
+async def test_pending_migrations_lists_what_the_schema_lacks(cyclone_env: CycloneEnv) -> None:
+    """The public operations a deploy script uses: what is pending, apply, then nothing."""
+    client = cyclone.Client(cyclone_env.pool, schema="ops_behind")
+    await one_migration_behind(cyclone_env, "ops_behind")
+    last = MIGRATIONS[-1].version
+    assert await client.pending_migrations() == [last]
+    assert await client.migrate() == [last]
+    assert await client.pending_migrations() == []
+    await client.wait_until_ready()  # migrated, reachable: returns at once
+
+
+async def test_wait_until_ready_waits_for_the_schema_when_asked(cyclone_env: CycloneEnv) -> None:
+    client = cyclone.Client(cyclone_env.pool, schema="ops_later")
+    with pytest.raises(cyclone.SchemaNotMigratedError):
+        await client.wait_until_ready()
+    waiting = asyncio.ensure_future(client.wait_until_ready(wait_for_schema=True))
+    await asyncio.sleep(0.2)  # it is waiting (nothing to await: the wait is the subject)
+    assert not waiting.done()
+    await client.migrate()
+    await asyncio.wait_for(waiting, 60)
+
+
+async def test_purge_reports_each_batch(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    await echo.enqueue_many(client, list(range(3)))
+    await cyclone_env.drain(steps=[echo])
+    batches: list[int] = []
+    assert await client.purge_terminal_runs(0, on_batch=batches.append) == 3
+    assert sum(batches) == 3
+    with pytest.raises(cyclone.InvalidInputError, match="on_batch must be a callable"):
+        await client.purge_terminal_runs(0, on_batch=3)  # type: ignore[arg-type]
