@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from cyclone._model.errors import InvalidScheduleError, InvalidStateError, ScheduleNotFoundError
-from cyclone._model.schedules import Schedule, Timing, slot_key, trigger_key, validate_name
+from cyclone._model.schedules import Schedule, slot_key, trigger_key, validate_name
+from cyclone._model.timing import Timing
 from cyclone._services.database import Database
 from cyclone._services.notifier import queue_payload
 from cyclone._services.publisher import Publisher

@@ -20,8 +20,9 @@ from cyclone._enqueue.insert import plan_jobs
 from cyclone._enqueue.wakeups import track_wakeups
 from cyclone._model import codec
 from cyclone._model.errors import SubmitConflictError
-from cyclone._model.schedules import Schedule, plan, slot_key, trigger_key
+from cyclone._model.schedules import Schedule, slot_key, trigger_key
 from cyclone._model.steps import Kind
+from cyclone._model.timing import plan
 from cyclone._services.schedules import stored_timing
 from cyclone._storage import queries as db
 

@@ -8,7 +8,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import cyclone
-from cyclone._model.schedules import GRACE, MAX_CATCH_UP, Timing, plan, slot_key
+from cyclone._model.schedules import slot_key
+from cyclone._model.timing import GRACE, MAX_CATCH_UP, Timing, plan
 
 UTC = dt.UTC
 PARIS = ZoneInfo("Europe/Paris")
