@@ -1,7 +1,9 @@
-"""DAG workflows: definition and validation (pure); nodes are in ``nodes``.
+"""DAG workflows: the definition, adding step, map, child and wait nodes (pure); the nodes
+and their checks are in ``nodes``.
 
-A submit turns into a :class:`~cyclone._model.plans.SubmitPlan` here; the insert path
-(``cyclone._enqueue``) writes it.
+What the rest of Cyclone uses of a defined workflow (its nodes for workers, the plan of a
+submit, the submit calls) is :class:`~cyclone._model.submission.Submittable`, the base of
+:class:`Workflow`.
 
 Nodes can only depend on nodes defined before them, so a definition is always acyclic and
 its definition order is a topological order. A submitted run stores its nodes and edges, so
@@ -12,12 +14,9 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, Unpack, cast, overload
+from typing import Any, Literal, TypeVar, cast, overload
 
-from cyclone._model import codec
 from cyclone._model.errors import InvalidInputError
-from cyclone._model.handles import ResultRun, Run
-from cyclone._model.keys import validate_key, validate_name
 from cyclone._model.nodes import (
     MAX_ITEMS,
     Branch,
@@ -26,42 +25,25 @@ from cyclone._model.nodes import (
     MapSettings,
     Node,
     check_input,
-    check_items,
     check_new,
     child_node,
     dependencies,
     join_spec,
     map_node,
 )
-from cyclone._model.options import SubmitOptions, check_options, seconds
-from cyclone._model.plans import Layout, SubmitPlan
+from cyclone._model.options import seconds
 from cyclone._model.settled import Settled
-from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, Kind, Step
-
-if TYPE_CHECKING:
-    import uuid
-
-    from cyclone._model.ports import ClientPort, Tx
+from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, Kind
+from cyclone._model.submission import Resulting, Submittable
 
 In = TypeVar("In")
 Out = TypeVar("Out")
 StepIn = TypeVar("StepIn")
 StepOut = TypeVar("StepOut")
-In_contra = TypeVar("In_contra", contravariant=True)
-Out_co = TypeVar("Out_co", covariant=True)
 
-SUBMIT_OPTIONS = SubmitOptions.__optional_keys__
 # Every workflow this process defined, for the worker's check that a step it serves is not
 # also a node of a workflow it was not given (whose nodes it would then never claim).
 _DEFINED: weakref.WeakSet[Workflow[Any]] = weakref.WeakSet()
-
-
-class Resulting(Protocol[In_contra, Out_co]):
-    """A workflow whose runs have a typed result (a ``ResultWorkflow``), as ``child`` takes it."""
-
-    async def submit(
-        self, client: ClientPort, input: In_contra, **options: Unpack[SubmitOptions]
-    ) -> ResultRun[Out_co]: ...
 
 
 def defined_workflows() -> list[Workflow[Any]]:
@@ -69,16 +51,11 @@ def defined_workflows() -> list[Workflow[Any]]:
     return sorted(_DEFINED, key=lambda wf: wf.name)
 
 
-class Workflow(Generic[In]):
+class Workflow(Submittable[In]):
     """A named DAG of steps; every ``submit`` makes a new run, ``submit_once`` one per key."""
 
     def __init__(self, name: str, input_type: Any) -> None:
-        self.name = validate_name(name, what="a workflow's name")
-        codec.check_type(input_type, what=f"input of workflow {self.name!r}")
-        self.input_type = input_type
-        self._nodes: dict[str, Node[Any]] = {}
-        self._result: str | None = None
-        self._layout: Layout | None = None
+        super().__init__(name, input_type)
         _DEFINED.add(self)
 
     def __repr__(self) -> str:
@@ -318,23 +295,6 @@ class Workflow(Generic[In]):
 
     # What workers need
 
-    @property
-    def nodes(self) -> list[Node[Any]]:
-        """The nodes, in definition (topological) order."""
-        return list(self._nodes.values())
-
-    def get_node(self, name: str) -> Node[Any] | None:
-        """The node named ``name``, if this definition has it."""
-        return self._nodes.get(name)
-
-    def steps(self) -> list[Step[Any, Any]]:
-        """The steps with handlers used by this workflow (what a worker serving it runs)."""
-        seen: dict[str, Step[Any, Any]] = {}
-        for node in self._nodes.values():
-            if isinstance(node.kind, Step):
-                seen.setdefault(node.kind.name, node.kind)
-        return list(seen.values())
-
     def children(self) -> list[Workflow[Any]]:
         """The workflows its child nodes submit runs of, and theirs, each once."""
         found: dict[str, Workflow[Any]] = {}
@@ -344,76 +304,3 @@ class Workflow(Generic[In]):
                 found[child.name] = child
                 found.update((wf.name, wf) for wf in child.children())
         return list(found.values())
-
-    def output_types(self) -> dict[str, Any]:
-        """Each node's output type, by node name."""
-        return {n: nd.output_type for n, nd in self._nodes.items()}
-
-    # Submitting
-
-    async def submit(self, client: ClientPort, input: In, **options: Unpack[SubmitOptions]) -> Run:
-        """Submit a new run in Cyclone's own transaction and wake workers after commit."""
-        run, _ = await self._submit(client, None, None, input, options)
-        return run
-
-    async def submit_tx(
-        self, client: ClientPort, tx: Tx, input: In, **options: Unpack[SubmitOptions]
-    ) -> Run:
-        """Submit a new run in the caller's open transaction ``tx``."""
-        run, _ = await self._submit(client, tx, None, input, options)
-        return run
-
-    async def submit_once(
-        self, client: ClientPort, key: str, input: In, **options: Unpack[SubmitOptions]
-    ) -> tuple[Run, bool]:
-        """Submit the one run of ``key``; ``created`` is True only for the call that made it.
-
-        A different input for an existing key raises :class:`SubmitConflictError`.
-        """
-        return await self._submit(client, None, validate_key(key), input, options)
-
-    async def submit_once_tx(
-        self, client: ClientPort, tx: Tx, key: str, input: In, **options: Unpack[SubmitOptions]
-    ) -> tuple[Run, bool]:
-        """``submit_once`` in the caller's open transaction ``tx``."""
-        return await self._submit(client, tx, validate_key(key), input, options)
-
-    def _result_node(self) -> str | None:
-        return None
-
-    def plan(
-        self,
-        payload_limit: int,
-        key: str | None,
-        input: In,
-        options: Mapping[str, Any],
-        parent: tuple[uuid.UUID, str] | None = None,
-    ) -> SubmitPlan:
-        """Check a submit and return what it writes (nothing is written here); ``parent``:
-        the run and node submitting it as a child."""
-        opts = check_options(options, SUBMIT_OPTIONS, call="submit")
-        if not self._nodes:
-            raise InvalidInputError(f"workflow {self.name!r} has no nodes")
-        result_node = self._result_node()
-        encoded = codec.encode(
-            input,
-            self.input_type,
-            what=f"input of workflow {self.name!r}",
-            limit=payload_limit,
-        )
-        check_items(self.name, self._nodes.values(), input)
-        key = None if key is None else validate_key(key)
-        if self._layout is None:  # made once, until a node is added
-            self._layout = Layout.of(list(self._nodes.values()))
-        layout = self._layout
-        return SubmitPlan.of(self.name, layout, input, encoded, key, result_node, opts, parent)
-
-    async def _submit(
-        self,
-        client: ClientPort,
-        tx: object,
-        key: str | None,
-        input: In,
-        options: Mapping[str, Any],
-    ) -> tuple[Run, bool]:
-        return await client._inserter.submit(tx, self, key, input, options)
