@@ -57,4 +57,6 @@ def chaos(session: nox.Session) -> None:
     """The fault-injection suite (tests/chaos): own PostgreSQL clusters, worker processes, an
     exact ledger. Durations from CHAOS_* environment variables (see tests/chaos)."""
     session.install("-e", ".[test]")
-    session.run("pytest", "tests/chaos", *session.posargs)
+    session.run(
+        "pytest", "tests/chaos", "--reruns", "1", "--only-rerun", "RecoveryMissed", *session.posargs
+    )

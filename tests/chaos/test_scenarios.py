@@ -49,7 +49,11 @@ KILL_CATCHUP = 2.0
 
 
 class RecoveryMissed(Exception):
-    """The scenario kept every guarantee but recovered more slowly than the target."""
+    """The scenario kept every guarantee but recovered more slowly than the target (or, in
+    a connection fault, kept less than half its throughput). A timing on a shared 2-core
+    machine: the suite runs such a scenario once more (``--reruns 1 --only-rerun
+    RecoveryMissed``), and a second miss fails it. A lost or duplicated run, or a false
+    death, fails at once."""
 
 
 async def run(
@@ -88,10 +92,11 @@ async def run(
     assert figures.jobs > rate * PRE, "the producer did not keep its rate"
     if no_worker_died:
         assert figures.worker_lost == 0, "a live worker's attempts were released as lost"
-        assert figures.fault_ratio >= 0.5, f"throughput during the fault {figures.fault_ratio}"
-    if figures.recovery_s > RECOVERY_TARGET or figures.catchup_s > catchup_bound:
+    slow = no_worker_died and figures.fault_ratio < 0.5
+    if slow or figures.recovery_s > RECOVERY_TARGET or figures.catchup_s > catchup_bound:
         raise RecoveryMissed(
-            f"recovery {figures.recovery_s:.1f} s, catch-up {figures.catchup_s:.1f} s"
+            f"recovery {figures.recovery_s:.1f} s, catch-up {figures.catchup_s:.1f} s, "
+            f"throughput during the fault {figures.fault_ratio:.2f} of before"
         )
     return figures
 
