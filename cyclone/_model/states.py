@@ -115,7 +115,7 @@ def _t(
     guard: str,
     caller: str,
 ) -> list[Transition]:
-    # One row of the table per statement (several share one transition: the grouped variants).
+    # One row of the table per statement (several share one transition).
     sources = frozenset((source,) if isinstance(source, str) else source)
     return [Transition(table, sources, target, s, guard, caller) for s in statements.split()]
 
@@ -126,9 +126,9 @@ _GONE = None  # the statement deletes the row
 R, N, T = RunState, NodeState, TaskState
 _ENDED = (R.COMPLETED, R.FAILED, R.CANCELLED)
 _LIVE_TASK = (T.AVAILABLE, T.RUNNING, T.FAILED)
-_ENQUEUE = "job_insert_many job_insert_many_grouped"
-_UNIQUE = "job_insert_unique job_insert_unique_grouped"
-_SUBMIT = "workflow_insert workflow_insert_grouped workflow_insert_dynamic child_insert_many"
+_ENQUEUE = "job_insert_many"
+_UNIQUE = "job_insert_unique"
+_SUBMIT = "workflow_insert child_insert_many"
 _SUBMITTERS = "submit, completer (child runs)"
 _FENCED = "the task is still running under the attempt's claim count"
 

@@ -16,6 +16,13 @@ text parses faster, and asyncpg prepares and caches only statements of up to 15 
 A ``-- fragment: name`` header defines shared text that is not a statement of its own:
 ``/* fragment: name */`` in a statement (or in another fragment) stands for it.
 
+A statement's next line may say the schema generation it needs, the migration that added
+the newest table or column it uses: ``-- needs: 0009`` (``sql/README.md``, "Schema
+generations"). The loader refuses a generation no migration has, and a statement that uses
+a table, or a column of a table it names, that a later migration added: the tables it
+names, the columns its ``INSERT`` lists write, and the ``alias.column`` references to a
+table it names with an alias. A column named without its table's alias is not checked.
+
 Two tokens are filled in per client (:class:`Queries`): ``__schema__``, the client's
 schema, validated and quoted; ``__now__``, the clock (``now()``, unless a test moves it).
 ``migrations/NNNN_name.sql`` are applied in order by :func:`cyclone.Client.migrate`, as they
@@ -24,13 +31,14 @@ is ``-- apply: concurrently`` holds only index builds (``CREATE INDEX CONCURRENT
 EXISTS``) and drops, applied outside a transaction, one statement at a time.
 
 A statement the loader cannot read (a parameter used but not declared, or declared and not
-used, a positional ``$1``, a malformed name) raises :class:`SqlLoadError` at import.
+used, a positional ``$1``, a malformed name, a generation it does not keep to) raises
+:class:`SqlLoadError` at import.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -40,6 +48,28 @@ from cyclone._model.errors import InvalidNameError
 _HEADER = re.compile(r"^-- (name|fragment): (\w+)(?:\(([^)]*)\))?[ \t]*$", re.MULTILINE)
 _HEADER_LIKE = re.compile(r"^-- (?:name|fragment):.*$", re.MULTILINE)
 _INCLUDE = re.compile(r"/\* fragment: (\w+) \*/")
+_NEEDS = re.compile(r"\A\n?-- needs: (\d{4})[ \t]*(?:\n|\Z)")
+_NEEDS_LIKE = re.compile(r"^-- needs:.*$", re.MULTILINE)
+# What a migration adds that a statement names: a table, or a column of an older table.
+_TABLE_CREATED = re.compile(
+    r"\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?__schema__\.(\w+)", re.IGNORECASE
+)
+_TABLE_ALTERED = re.compile(
+    r"\bALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:ONLY\s+)?__schema__\.(\w+)([^;]*)", re.IGNORECASE
+)
+_COLUMN_ADDED = re.compile(r"\bADD\s+COLUMN\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", re.IGNORECASE)
+# What a statement names: a table (and its alias, if any), the columns an INSERT lists, and
+# alias.column references.
+_TABLE_NAMED = re.compile(
+    r"__schema__\.(\w+)(?:\s+(?:AS\s+)?(?!(?:AS|CROSS|DEFAULT|DO|EXCEPT|FETCH|FOR|FROM|FULL|"
+    r"GROUP|HAVING|INNER|INTERSECT|JOIN|LEFT|LIMIT|NATURAL|OFFSET|ON|ORDER|RETURNING|RIGHT|"
+    r"SELECT|SET|UNION|USING|VALUES|WHERE|WINDOW|WITH)\b)([a-z_]\w*))?",
+    re.IGNORECASE,
+)
+_INSERT_COLUMNS = re.compile(
+    r"\bINSERT\s+INTO\s+__schema__\.(\w+)(?:\s+AS\s+\w+)?\s*\(([^)]*)\)", re.IGNORECASE
+)
+_QUALIFIED = re.compile(r"(?<![\w.])([a-z_]\w*)\.([a-z_]\w*)", re.IGNORECASE)
 # What a statement's text is made of, as far as parameters go: comments, strings and quoted
 # identifiers (left as they are), casts, named and positional parameters.
 _TOKEN = re.compile(
@@ -79,11 +109,12 @@ class SqlLoadError(RuntimeError):
 @dataclass(frozen=True)
 class Statement:
     """One named statement: its text as the server gets it (``$n`` placeholders, no comments
-    but its name; ``__schema__`` and ``__now__`` still in it), and the name of each ``$n``
-    in order."""
+    but its name; ``__schema__`` and ``__now__`` still in it), the name of each ``$n`` in
+    order, and the schema generation it declares it needs (a migration's version), if any."""
 
     sql: str
     params: tuple[str, ...]
+    needs: int | None = None
 
 
 def _declared(name: str, signature: str | None) -> tuple[str, ...]:
@@ -129,9 +160,14 @@ def compile_statement(name: str, text: str, params: tuple[str, ...]) -> Statemen
     return Statement(sql, params)
 
 
-def parse_folder(folder: Traversable) -> dict[str, Statement]:
+def parse_folder(
+    folder: Traversable, migrations: Sequence[Migration] | None = None
+) -> dict[str, Statement]:
     """The named statements of every ``*.sql`` file directly in ``folder``, their fragments
-    filled in and their parameters numbered."""
+    filled in, their parameters numbered and their generations checked against
+    ``migrations`` (by default, those of ``folder``'s ``migrations/``)."""
+    if migrations is None:
+        migrations = read_migrations(folder.joinpath("migrations"))
     bodies: dict[str, tuple[str, tuple[str, ...]]] = {}
     fragments: dict[str, str] = {}
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
@@ -152,6 +188,8 @@ def parse_folder(folder: Traversable) -> dict[str, Statement]:
             if what == "fragment":
                 if signature is not None:
                     raise SqlLoadError(f"fragment {name}: its statements declare parameters")
+                if _NEEDS_LIKE.search(body):
+                    raise SqlLoadError(f"fragment {name}: only a statement says what it needs")
                 fragments[name] = body.strip()
             else:
                 bodies[name] = (body.strip(), _declared(name, signature))
@@ -167,13 +205,64 @@ def parse_folder(folder: Traversable) -> dict[str, Statement]:
 
         return _INCLUDE.sub(include, text)
 
-    return {
-        name: compile_statement(name, fill(body, (name,)), params)
-        for name, (body, params) in bodies.items()
-    }
+    added = _added(migrations)
+    found = {}
+    for name, (body, params) in bodies.items():
+        statement = compile_statement(name, fill(body, (name,)), params)
+        needs = _NEEDS.match(body)
+        if _NEEDS_LIKE.search(body[needs.end() if needs else 0 :]):
+            raise SqlLoadError(f"{name}: -- needs: NNNN goes on the line after its name")
+        if needs is not None:
+            statement = Statement(statement.sql, params, int(needs[1]))
+            _check_generation(name, statement, added, {m.version for m in migrations})
+        found[name] = statement
+    return found
 
 
-_STATEMENTS = parse_folder(resources.files("cyclone._storage").joinpath("sql"))
+def _added(migrations: Sequence[Migration]) -> dict[tuple[str, str | None], int]:
+    """The migration that added each table, (table, None), and each column added to a table
+    after it was created, (table, column)."""
+    added: dict[tuple[str, str | None], int] = {}
+    for m in migrations:
+        code = re.sub(r"--[^\n]*", "", m.sql)
+        for table in _TABLE_CREATED.findall(code):
+            added.setdefault((table.lower(), None), m.version)
+        for table, change in _TABLE_ALTERED.findall(code):
+            for column in _COLUMN_ADDED.findall(change):
+                added.setdefault((table.lower(), column.lower()), m.version)
+    return added
+
+
+def _check_generation(
+    name: str,
+    statement: Statement,
+    added: Mapping[tuple[str, str | None], int],
+    versions: set[int],
+) -> None:
+    """Refuse ``statement`` if it declares a generation no migration has, or uses a table or
+    a column (an INSERT's, or ``alias.column``) that a later migration added."""
+    assert statement.needs is not None
+    if statement.needs not in versions:
+        raise SqlLoadError(f"{name}: needs {statement.needs:04d}, which is no migration")
+    code = re.sub(r"'(?:[^']|'')*'", "''", statement.sql.partition("\n")[2])
+    used: set[tuple[str, str | None]] = set()
+    aliases: dict[str, set[str]] = {}
+    for table, alias in _TABLE_NAMED.findall(code):
+        used.add((table.lower(), None))
+        if alias:
+            aliases.setdefault(alias.lower(), set()).add(table.lower())
+    for table, columns in _INSERT_COLUMNS.findall(code):
+        used.update((table.lower(), c.strip().lower()) for c in columns.split(","))
+    for alias, column in _QUALIFIED.findall(code):
+        used.update((t, column.lower()) for t in aliases.get(alias.lower(), ()))
+    for thing in sorted(used, key=str):
+        version = added.get(thing)
+        if version is not None and version > statement.needs:
+            what = thing[0] if thing[1] is None else f"{thing[0]}.{thing[1]}"
+            raise SqlLoadError(
+                f"{name}: needs {statement.needs:04d} but uses {what}, "
+                f"added by migration {version:04d}"
+            )
 
 
 CONCURRENTLY = "-- apply: concurrently"
@@ -227,8 +316,10 @@ def parse_migration(version: int, name: str, text: str) -> Migration:
     return Migration(version, name, text, tuple(builds))
 
 
-def _migrations() -> tuple[Migration, ...]:
-    folder = resources.files("cyclone._storage").joinpath("sql").joinpath("migrations")
+def read_migrations(folder: Traversable) -> tuple[Migration, ...]:
+    """The migrations in ``folder`` (``NNNN_name.sql``), in order; none if it is no folder."""
+    if not folder.is_dir():
+        return ()
     found = []
     for entry in folder.iterdir():
         match = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
@@ -238,7 +329,9 @@ def _migrations() -> tuple[Migration, ...]:
     return tuple(found)
 
 
-MIGRATIONS = _migrations()
+_SQL = resources.files("cyclone._storage").joinpath("sql")
+MIGRATIONS = read_migrations(_SQL.joinpath("migrations"))
+_STATEMENTS = parse_folder(_SQL, MIGRATIONS)
 
 
 def validate_identifier(value: str, *, what: str) -> str:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import uuid
 
 import asyncpg
 import pytest
 
 import cyclone
+from cyclone._model.ids import uuid7
 from cyclone._storage.loader import MIGRATIONS
 from cyclone._storage.queries import DATABASE_ERRORS
 from cyclone.testing.plugin import CycloneEnv
@@ -32,15 +34,39 @@ async def test_concurrent_migrations_apply_once(cyclone_env: CycloneEnv) -> None
     assert await cyclone.Client(cyclone_env.pool, schema="tenant_a").migrate() == []
 
 
+async def jobs_as_of_0002(pool: asyncpg.Pool, schema: str, inputs: list[int]) -> list[uuid.UUID]:
+    """Jobs of ``echo`` written as a release of migration 0002 wrote them: this release's
+    inserts need its own schema (cyclone/_storage/sql/README.md, "Schema generations")."""
+    ids = [uuid7() for _ in inputs]
+    await pool.execute(
+        f"""WITH run AS (
+            INSERT INTO {schema}.cyclone_runs
+                (id, name, job, input, queue, nodes, remaining, max_attempts)
+            SELECT i.id, $3, true, to_jsonb(i.n), $4, 1, 1, $5
+            FROM unnest($1::uuid[], $2::int[]) AS i (id, n)
+        )
+        INSERT INTO {schema}.cyclone_tasks (run_id, kind, queue, max_attempts)
+        SELECT i.id, $3, $4, $5 FROM unnest($1::uuid[]) WITH ORDINALITY AS i (id, ord)
+        ORDER BY i.ord""",
+        ids,
+        inputs,
+        echo.name,
+        echo.queue,
+        echo.max_attempts,
+    )
+    return ids
+
+
 async def test_upgrading_keeps_live_work(cyclone_env: CycloneEnv) -> None:
     """Work enqueued before a migration is claimed and completed after it."""
     client = cyclone.Client(cyclone_env.pool, schema="upgraded")
     latest = client._queries.migrations
     client._queries.migrations = latest[:2]  # as an install of the version before 0003
     assert await client.migrate() == [1, 2]
-    runs = await echo.enqueue_many(client, [1, 2, 3])
+    ids = await jobs_as_of_0002(cyclone_env.pool, "upgraded", [1, 2, 3])
     client._queries.migrations = latest
     assert await client.migrate() == [m.version for m in latest[2:]]
+    runs = [await client.get_run(i, int) for i in ids]
     async with fast_worker(client, steps=[echo]):
         assert [await r.result(timeout=30) for r in runs] == [1, 2, 3]
 
@@ -52,16 +78,16 @@ async def test_upgrading_beside_a_live_workflow_transition(cyclone_env: CycloneE
     latest = client._queries.migrations
     client._queries.migrations = latest[:2]
     await client.migrate()
-    run = await echo.enqueue(client, 1)
+    [run_id] = await jobs_as_of_0002(cyclone_env.pool, "live", [1])
     client._queries.migrations = latest
     worker = await asyncpg.connect(cyclone_env.dsn)
     try:
         transition = worker.transaction()
         await transition.start()
-        await worker.execute("SELECT id FROM live.cyclone_runs WHERE id = $1 FOR UPDATE", run.id)
+        await worker.execute("SELECT id FROM live.cyclone_runs WHERE id = $1 FOR UPDATE", run_id)
         migrating = asyncio.get_running_loop().create_task(client.migrate())
         await waiting_on_a_lock(cyclone_env)  # the migration waits for the run's lock
-        await worker.execute("DELETE FROM live.cyclone_tasks WHERE run_id = $1", run.id)
+        await worker.execute("DELETE FROM live.cyclone_tasks WHERE run_id = $1", run_id)
         await transition.commit()
         assert await asyncio.wait_for(migrating, 30) == [m.version for m in latest[2:]]
     finally:

@@ -193,3 +193,65 @@ def test_every_statement_is_short_enough_for_asyncpg_to_cache_its_plan() -> None
     longest = Queries("s" * 55)
     for name in _STATEMENTS:
         assert len(longest[name].encode()) <= 15 * 1024, name
+
+
+def migrations(tmp_path: Path) -> None:
+    """Two migrations: a table, then a column of it and a table of its own."""
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    (folder / "0001_init.sql").write_text("CREATE TABLE __schema__.t (id int, a text);\n")
+    (folder / "0002_more.sql").write_text(
+        "-- b: a column added later\nALTER TABLE __schema__.t ADD COLUMN b text,\n"
+        "    ADD COLUMN IF NOT EXISTS c int;\nCREATE TABLE __schema__.u (id int);\n"
+    )
+
+
+def test_a_statement_says_the_generation_it_needs(tmp_path: Path) -> None:
+    migrations(tmp_path)
+    (tmp_path / "a.sql").write_text(
+        "-- name: one(a)\n-- needs: 0001\n-- why\n"
+        "INSERT INTO __schema__.t (id, a) VALUES (1, :a);\n"
+        "-- name: two\n-- needs: 0002\nSELECT x.b FROM __schema__.t x;\n"
+        "-- name: three\nSELECT 3;\n"
+    )
+    found = parse_folder(tmp_path)
+    assert [found[n].needs for n in ("one", "two", "three")] == [1, 2, None]
+    assert found["one"].sql == "-- cyclone: one\nINSERT INTO __schema__.t (id, a) VALUES (1, $1);"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("-- name: one\n-- needs: 0003\nSELECT 1;", "one: needs 0003, which is no migration"),
+        (
+            "-- name: one\n-- needs: 0001\nSELECT 1 FROM __schema__.u;",
+            "one: needs 0001 but uses u, added by migration 0002",
+        ),
+        (
+            "-- name: one\n-- needs: 0001\nINSERT INTO __schema__.t AS r (id, b) VALUES (1, '');",
+            "one: needs 0001 but uses t.b, added by migration 0002",
+        ),
+        (
+            "-- name: one\n-- needs: 0001\nUPDATE __schema__.t x SET a = 'y' WHERE x.c = 1;",
+            "one: needs 0001 but uses t.c, added by migration 0002",
+        ),
+        ("-- name: one\n-- why\n-- needs: 0001\nSELECT 1;", "one: -- needs: NNNN goes on the"),
+        ("-- fragment: f\n-- needs: 0001\nWHERE true", "fragment f: only a statement says"),
+    ],
+)
+def test_a_statement_that_does_not_keep_to_its_generation_is_refused(
+    tmp_path: Path, text: str, error: str
+) -> None:
+    migrations(tmp_path)
+    (tmp_path / "a.sql").write_text(text)
+    with pytest.raises(SqlLoadError, match=error):
+        parse_folder(tmp_path)
+
+
+def test_every_insert_statement_says_the_generation_it_needs() -> None:
+    """The insert path's statements are the ones a client sends: each says which schema it
+    needs, one statement per insert (sql/README.md, "Schema generations")."""
+    text = (Path(__file__).parents[2] / "cyclone/_storage/sql/insert.sql").read_text()
+    names = re.findall(r"^-- name: (\w+)", text, re.MULTILINE)
+    assert names and all(_STATEMENTS[n].needs is not None for n in names)
+    assert _STATEMENTS["workflow_insert"].needs == 9  # spec, cond: migration 0009

@@ -52,19 +52,11 @@ async def job_insert_many(
         "channel": channel,
         "payload": payload,
     }
-    # Work with no group key goes through statements that write no column of migration 0008.
     if unique is None:
-        if group is None:
-            await execute(conn, q, "job_insert_many", ids=ids, inputs=inputs, **job)
-        else:
-            grouped = {"ids": ids, "inputs": inputs, "group_key": group}
-            await execute(conn, q, "job_insert_many_grouped", **grouped, **job)
+        await execute(conn, q, "job_insert_many", ids=ids, inputs=inputs, group_key=group, **job)
         return len(ids)
-    one = {"id": ids[0], "inputs": inputs, "unique_key": unique}
-    if group is None:
-        count: int = await fetchval(conn, q, "job_insert_unique", **one, **job)
-    else:
-        count = await fetchval(conn, q, "job_insert_unique_grouped", **one, group_key=group, **job)
+    one = {"id": ids[0], "inputs": inputs, "unique_key": unique, "group_key": group}
+    count: int = await fetchval(conn, q, "job_insert_unique", **one, **job)
     return count
 
 
@@ -127,23 +119,18 @@ async def workflow_insert(
         "edge_children": edge_children,
         "trace": trace,
     }
-    if shape is not None:
-        node_specs, edge_conds = shape
-        inserted: uuid.UUID | None = await fetchval(
-            conn,
-            q,
-            "workflow_insert_dynamic",
-            node_specs=node_specs,
-            edge_conds=edge_conds,
-            group_key=group,
-            grow_maps=grow_maps,
-            **run,
-        )
-    # As for jobs: no group key, no column of migration 0008.
-    elif group is None:
-        inserted = await fetchval(conn, q, "workflow_insert", **run)
-    else:
-        inserted = await fetchval(conn, q, "workflow_insert_grouped", group_key=group, **run)
+    # A workflow without map nodes, joins or branches: no node spec, no edge condition.
+    node_specs, edge_conds = shape or ([None] * len(node_names), [None] * len(edge_parents))
+    inserted: uuid.UUID | None = await fetchval(
+        conn,
+        q,
+        "workflow_insert",
+        node_specs=node_specs,
+        edge_conds=edge_conds,
+        group_key=group,
+        grow_maps=grow_maps,
+        **run,
+    )
     return inserted
 
 

@@ -1,42 +1,24 @@
 -- The insert path: standalone jobs and workflow runs, inserted in one statement each (in the
 -- caller's transaction or on their own), and the wakeups sent once they are committed.
--- Work with a group key (the group= option) goes through the *_grouped statements, the same
--- but for the group key on the run and its tasks; work without one goes through the others,
--- which write no column of migration 0008, so that a client upgraded before `migrate` still
--- enqueues.
+-- One statement per insert, whatever the options: each says the schema generation it needs
+-- (README.md, "Schema generations").
 
 -- name: sequence_lock(kind, sequence)
+-- needs: 0001
 -- Enqueuers of one sequence take turns until commit, so task ids (the sequence order) are
 -- handed out in commit order and a claim never sees a later id before an earlier one.
 SELECT pg_advisory_xact_lock(1668899693, hashtext(:kind || chr(31) || :sequence));
 
 -- name: job_insert_many(ids, inputs, kind, queue, priority, process_at, max_attempts, sequence,
---     deadline, trace, channel, payload)
+--     deadline, trace, channel, payload, group_key)
+-- needs: 0008
 -- Standalone jobs: a run row and a task row each, tasks in input order (the sequence order).
 -- :inputs is one JSON array, an element per job: one parameter for the batch, not an array
--- of texts that the client encodes element by element.
+-- of texts that the client encodes element by element. :group_key (the group= option, or
+-- NULL) goes on each run, and on each task ('' for none: the claim's fair turns).
 -- :payload, when not NULL, is a wakeup to NOTIFY on :channel at the statement's commit: only
 -- ever for an insert that commits on its own (Cyclone's autocommit statement, never a
 -- caller's transaction), which saves the wakeup a statement and a connection of its own.
-WITH run AS (
-    INSERT INTO __schema__.cyclone_runs
-        (id, name, job, input, queue, nodes, remaining, priority, max_attempts, deadline, trace)
-    SELECT i.id, :kind, true, i.input, :queue, 1, 1, :priority, :max_attempts, :deadline,
-           :trace::jsonb
-    FROM ROWS FROM (unnest(:ids::uuid[]), jsonb_array_elements(:inputs::jsonb)) AS i (id, input)
-), task AS (
-    INSERT INTO __schema__.cyclone_tasks
-        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
-    SELECT i.id, :kind, :queue, :priority, coalesce(:process_at, __now__), :max_attempts,
-           :sequence
-    FROM unnest(:ids::uuid[]) WITH ORDINALITY AS i (id, ord)
-    ORDER BY i.ord
-)
-SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL;
-
--- name: job_insert_many_grouped(ids, inputs, kind, queue, priority, process_at, max_attempts,
---     sequence, deadline, trace, channel, payload, group_key)
--- job_insert_many, and :group_key the group key: on the run, and on each task.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs
         (id, name, job, input, queue, nodes, remaining, priority, max_attempts, deadline, trace,
@@ -54,50 +36,22 @@ WITH run AS (
 )
 SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL;
 
--- fragment: unique_key_held
--- A unique key held by an active (pending) run inserts nothing: the arbiter is
--- idx_runs_unique_key, whose predicate this must repeat. ON CONFLICT keeps the caller's
--- transaction usable where an error would abort it.
-ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
-DO NOTHING
-
--- fragment: job_inserted_wakeup
--- The end of a unique job's insert: how many jobs it inserted (0 or 1), and the wakeup
--- (:payload on :channel, at commit) only if it inserted one.
-SELECT c.n, (SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL AND c.n > 0)
-FROM (SELECT count(*)::int AS n FROM run) c;
-
 -- name: job_insert_unique(id, inputs, kind, queue, priority, process_at, max_attempts, sequence,
---     deadline, trace, channel, payload, unique_key)
+--     deadline, trace, channel, payload, unique_key, group_key)
+-- needs: 0008
 -- One standalone job with a :unique_key (the rest as job_insert_many, for one job: :inputs
--- holds its input alone, and the wakeup only if it was inserted). A key held by an active
--- run inserts nothing.
-WITH run AS (
-    INSERT INTO __schema__.cyclone_runs AS r
-        (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
-         deadline, trace)
-    VALUES (:id, :kind, true, :inputs::jsonb -> 0, :queue, :unique_key, 1, 1, :priority,
-            :max_attempts, :deadline, :trace::jsonb)
-    /* fragment: unique_key_held */
-    RETURNING r.id
-), task AS (
-    INSERT INTO __schema__.cyclone_tasks
-        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key)
-    SELECT id, :kind, :queue, :priority, coalesce(:process_at, __now__), :max_attempts, :sequence
-    FROM run
-)
-/* fragment: job_inserted_wakeup */
-
--- name: job_insert_unique_grouped(id, inputs, kind, queue, priority, process_at, max_attempts,
---     sequence, deadline, trace, channel, payload, unique_key, group_key)
--- job_insert_unique, and :group_key the group key: on the run, and on its task.
+-- holds its input alone). A key held by an active (pending) run inserts nothing: the arbiter
+-- is idx_runs_unique_key, whose predicate the ON CONFLICT must repeat; ON CONFLICT keeps
+-- the caller's transaction usable where an error would abort it. Returns how many jobs it
+-- inserted (0 or 1), and sends the wakeup only if it inserted one.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, queue, unique_key, nodes, remaining, priority, max_attempts,
          deadline, trace, group_key)
     VALUES (:id, :kind, true, :inputs::jsonb -> 0, :queue, :unique_key, 1, 1, :priority,
             :max_attempts, :deadline, :trace::jsonb, :group_key)
-    /* fragment: unique_key_held */
+    ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL AND state = 'pending'
+    DO NOTHING
     RETURNING r.id
 ), task AS (
     INSERT INTO __schema__.cyclone_tasks
@@ -106,9 +60,11 @@ WITH run AS (
            coalesce(:group_key, '')
     FROM run
 )
-/* fragment: job_inserted_wakeup */
+SELECT c.n, (SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL AND c.n > 0)
+FROM (SELECT count(*)::int AS n FROM run) c;
 
 -- name: job_find_unique(kind, unique_key)
+-- needs: 0001
 SELECT id FROM __schema__.cyclone_runs
 WHERE name = :kind AND unique_key = :unique_key AND state = 'pending';
 
@@ -117,86 +73,20 @@ WHERE name = :kind AND unique_key = :unique_key AND state = 'pending';
 -- the arbiter is idx_runs_submit_key, whose predicate this must repeat.
 ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
 
--- fragment: workflow_nodes
--- The CTEs between a workflow insert's run and its root tasks: one row of cyclone_steps per
--- node (the node_* arrays, one element per node), one of cyclone_edges per edge.
-), node AS (
-    SELECT * FROM unnest(:node_names::text[], :node_kinds::text[], :node_queues::text[],
-                         :node_max_attempts::int[], :node_deps::int[],
-                         :node_wait_timeouts::float8[])
-        AS n (node, kind, queue, max_attempts, deps, wait_timeout)
-), steps AS (
-    INSERT INTO __schema__.cyclone_steps
-        (run_id, node, kind, queue, priority, max_attempts, state, pending_deps,
-         wait_timeout, wait_until)
-    SELECT run.id, n.node, n.kind, n.queue, :priority, n.max_attempts,
-           CASE WHEN n.deps > 0 THEN 'pending'
-                WHEN n.kind IS NULL THEN 'waiting' ELSE 'queued' END,
-           n.deps, n.wait_timeout,
-           CASE WHEN n.deps = 0 AND n.kind IS NULL
-                THEN __now__ + make_interval(secs => n.wait_timeout) END
-    FROM run, node n
-), edges AS (
-    INSERT INTO __schema__.cyclone_edges (run_id, parent, child)
-    SELECT run.id, e.parent, e.child
-    FROM run, unnest(:edge_parents::text[], :edge_children::text[]) AS e (parent, child)
-
 -- name: workflow_insert(id, name, input, result_node, key, nodes, deadline, priority,
---     process_at, node_names, node_kinds, node_queues, node_max_attempts, node_deps,
---     node_wait_timeouts, edge_parents, edge_children, trace)
--- A workflow run, its steps and its edges in one statement; roots get tasks (or wait).
--- A key already taken inserts nothing (submit_once then compares inputs).
-WITH run AS (
-    INSERT INTO __schema__.cyclone_runs AS r
-        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace)
-    VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
-            :deadline, :trace::jsonb)
-    /* fragment: submit_key_taken */
-    RETURNING r.id
-/* fragment: workflow_nodes */
-), tasks AS (
-    INSERT INTO __schema__.cyclone_tasks
-        (run_id, node, kind, queue, priority, available_at, max_attempts)
-    SELECT run.id, n.node, n.kind, n.queue, :priority, coalesce(:process_at, __now__),
-           n.max_attempts
-    FROM run, node n
-    WHERE n.deps = 0 AND n.kind IS NOT NULL
-)
-SELECT id FROM run;
-
--- name: workflow_insert_grouped(id, name, input, result_node, key, nodes, deadline, priority,
---     process_at, node_names, node_kinds, node_queues, node_max_attempts, node_deps,
---     node_wait_timeouts, edge_parents, edge_children, trace, group_key)
--- workflow_insert, and :group_key the group key: on the run (for the nodes queued later: see
--- node_advance), and on each root node's task.
-WITH run AS (
-    INSERT INTO __schema__.cyclone_runs AS r
-        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace,
-         group_key)
-    VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
-            :deadline, :trace::jsonb, :group_key)
-    /* fragment: submit_key_taken */
-    RETURNING r.id
-/* fragment: workflow_nodes */
-), tasks AS (
-    INSERT INTO __schema__.cyclone_tasks
-        (run_id, node, kind, queue, priority, available_at, max_attempts, group_key)
-    SELECT run.id, n.node, n.kind, n.queue, :priority, coalesce(:process_at, __now__),
-           n.max_attempts, coalesce(:group_key, '')
-    FROM run, node n
-    WHERE n.deps = 0 AND n.kind IS NOT NULL
-)
-SELECT id FROM run;
-
--- name: workflow_insert_dynamic(id, name, input, result_node, key, nodes, deadline, priority,
 --     process_at, node_names, node_kinds, node_queues, node_max_attempts, node_deps,
 --     node_wait_timeouts, node_specs, edge_parents, edge_children, edge_conds, trace,
 --     group_key, grow_maps)
--- workflow_insert for a workflow with map nodes, joins or branches (migration 0009): each
--- node's spec and each edge's condition too (JSON text, or NULL). With :grow_maps (the
--- input is a non-empty list, within the bounds the submit checked) a root map node over
--- the input grows its items here, as map_expand would; without, it waits for the caller's
--- map_expand in the same transaction. The other roots get tasks (or wait).
+-- needs: 0009
+-- A workflow run, its steps (one row per node: the node_* arrays, an element per node) and
+-- its edges (the edge_* arrays) in one statement; the root steps get tasks, or wait. A key
+-- already taken inserts nothing (submit_once then compares inputs). Each node's spec and
+-- each edge's condition are JSON text, NULL for a plain step and an unconditional edge (a
+-- workflow without map nodes, joins or branches has only NULLs there). :group_key goes on
+-- the run (for the nodes queued later: see node_advance) and on each root task. With
+-- :grow_maps (the input is a non-empty list, within the bounds the submit checked) a root
+-- map node over the input grows its items here, as map_expand would; without, it waits for
+-- the caller's map_expand in the same transaction.
 WITH run AS (
     INSERT INTO __schema__.cyclone_runs AS r
         (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace,
@@ -255,11 +145,13 @@ WITH run AS (
 SELECT id FROM run;
 
 -- name: workflow_find_key(name, key, input)
+-- needs: 0001
 -- submit_once's slow path: the key's run, and whether its input equals this call's as jsonb.
 SELECT id, input = :input::jsonb AS same_input, result_node
 FROM __schema__.cyclone_runs WHERE name = :name AND key = :key;
 
 -- name: wakeup_notify(channel, payloads)
+-- needs: 0001
 -- One NOTIFY per payload, sent by Cyclone on its own connection, never in a caller's
 -- transaction. Its commit need not wait for the WAL flush: a notification is a hint that
 -- no crash has to keep, and the server serializes notifying commits until they are done.
