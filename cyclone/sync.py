@@ -4,7 +4,7 @@ scripts.
 ``cyclone.sync.Client`` mirrors ``cyclone.Client`` for producing and reading, on psycopg 3. It
 runs the same insert path and the same named statements as the asyncio client: the path is
 written once as coroutines, which run here on a psycopg connection without an event loop
-(``cyclone._enqueue.drivers``), so no business logic is written twice and no call here starts a loop
+(``cyclone._storage.drivers``), so no business logic is written twice and no call here starts a loop
 (each ``asyncio.run`` of an asyncio client would leave its pool bound to a dead loop). Workers
 stay asyncio (``cyclone.Worker``, ``cyclone worker``).
 """
@@ -21,14 +21,8 @@ import psycopg
 import psycopg_pool
 
 from cyclone._enqueue.adapters import adapter_for
-from cyclone._enqueue.drivers import connect, run_sync
 from cyclone._enqueue.insert import plan_jobs
-from cyclone._enqueue.sync_services import (
-    SyncDatabase,
-    SyncOwnStatement,
-    SyncRuns,
-    caller_target,
-)
+from cyclone._enqueue.sync_targets import SyncOwnStatement, caller_target
 from cyclone._enqueue.targets import DatabaseTarget
 from cyclone._enqueue.wakeups import SyncTrackedConnection
 from cyclone._model import codec
@@ -45,6 +39,8 @@ from cyclone._services import transitions
 from cyclone._services.notifier import queue_payload
 from cyclone._services.observe import Observers
 from cyclone._services.runs import page_on, result_of
+from cyclone._services.sync import SyncDatabase, SyncRuns
+from cyclone._storage.drivers import connect, run_sync
 from cyclone._storage.loader import Queries
 
 __all__ = ["Client", "ResultRun", "Run", "track_wakeups"]

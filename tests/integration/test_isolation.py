@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 import cyclone
-from cyclone._enqueue.sync_services import pinned
+from cyclone._services.sync import pinned
 from cyclone._storage import queries as db
 from cyclone._worker.completer import Completer
 from cyclone._worker.outcomes import Claimed, Completed

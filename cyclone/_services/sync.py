@@ -1,5 +1,7 @@
-"""The synchronous client's services on psycopg 3: its connections, wakeups, run reads and
-write targets (``cyclone.sync`` is the facade). Internal, not a stable API.
+"""The synchronous client's services on psycopg 3: its connections and wakeups
+(:class:`SyncDatabase`, the twin of ``database.py`` and the publisher) and its run reads
+(:class:`SyncRuns`, of ``runs.py``). ``cyclone.sync`` is the facade; its write targets are
+``cyclone._enqueue.sync_targets``. Internal, not a stable API.
 
 Cyclone's own transactions here run at READ COMMITTED, as on asyncio
 (``cyclone._services.database``).
@@ -12,30 +14,20 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import psycopg
 import psycopg_pool
 
-from cyclone._enqueue.adapters import adapter_for
-from cyclone._enqueue.drivers import connect, run_sync
-from cyclone._enqueue.targets import CallerTransaction, DatabaseTarget, InsertSettings
-from cyclone._enqueue.wakeups import SyncTrackedConnection
-from cyclone._model.errors import InvalidInputError, NotInTransactionError, RunNotFoundError
+from cyclone._model.errors import RunNotFoundError
 from cyclone._model.handles import RunInfo, RunState
-from cyclone._services.notifier import queue_payload
 from cyclone._services.runs import WAIT_POLL_MAX, run_info, timeout_message
 from cyclone._storage import queries as db
+from cyclone._storage.drivers import connect, run_sync
 from cyclone._storage.loader import Queries
 
 logger = logging.getLogger("cyclone")
-
-NOTIFY_FULL = (psycopg.errors.ProgramLimitExceeded,)
-NOT_IN_TRANSACTION_PSYCOPG = (
-    "a *_tx call needs a psycopg connection inside a transaction (with conn.transaction(), "
-    "or after a first statement on a connection that is not in autocommit mode)"
-)
 
 
 class SyncDatabase:
@@ -165,65 +157,3 @@ class SyncRuns:
         except (psycopg.Error, OSError) as exc:
             return timeout_message(run_id, timeout, exc)
         return timeout_message(run_id, timeout, rows)
-
-
-class SyncOwnStatement(DatabaseTarget):
-    """``tx is None``: Cyclone's own statement on the client's source, committed here."""
-
-    notify_full = NOTIFY_FULL
-
-    def __init__(self, settings: InsertSettings, database: SyncDatabase) -> None:
-        super().__init__(settings)
-        self.database = database
-        self._autocommit = False
-
-    @contextlib.asynccontextmanager
-    async def connection(self, *, transaction: bool) -> AsyncIterator[db.Conn]:
-        with self.database.connection() as raw:
-            self._autocommit = raw.autocommit and not transaction
-            if self._autocommit:
-                yield connect(raw)
-            else:
-                with pinned(raw):
-                    yield connect(raw)
-
-    def carrying(self, queue: str) -> contextlib.AbstractContextManager[tuple[str, str] | None]:
-        # An autocommit statement delivers its own NOTIFY at its commit, as on asyncio.
-        wake = (self.database.channel, queue_payload(queue)) if self._autocommit else None
-        return contextlib.nullcontext(wake)
-
-    def woke(self, queues: Sequence[str]) -> None:
-        self.database.publish([queue_payload(q) for q in sorted(queues)])
-
-
-def caller_target(
-    settings: InsertSettings, publish: Callable[[Iterable[str]], None], tx: Any
-) -> CallerTransaction:
-    """The caller's transaction ``tx``, whatever holds it."""
-    if isinstance(tx, SyncTrackedConnection | psycopg.Connection):
-        raw, record = (
-            (tx.connection, tx.record) if isinstance(tx, SyncTrackedConnection) else (tx, None)
-        )
-
-        def conn() -> psycopg.Connection[Any]:
-            if raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                raise NotInTransactionError(NOT_IN_TRANSACTION_PSYCOPG)
-            return raw
-
-        return _caller(settings, conn, record)
-    adapter = adapter_for(tx)
-    parts = None if adapter is None else adapter.sync_parts(tx, publish)
-    if parts is not None:
-        return _caller(settings, *parts)
-    raise InvalidInputError(
-        "tx must be a psycopg connection in a transaction, a SQLAlchemy Session/Connection on "
-        f"psycopg, or Django's connection inside atomic(); got {type(tx).__name__}"
-    )
-
-
-def _caller(settings: InsertSettings, get: Any, record: Any) -> CallerTransaction:
-    @contextlib.asynccontextmanager
-    async def open() -> AsyncIterator[db.Conn]:
-        yield connect(get())
-
-    return CallerTransaction(settings, open, record, notify_full=NOTIFY_FULL)
