@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cyclone")
 
 DEFAULT_CONCURRENCY = 10
-# A worker's presence row counts as live for this many heartbeats after its last write.
 # Outcomes that may wait unwritten, per slot of every queue (and per task a queue may claim
 # ahead), before claims hold back.
 UNWRITTEN_PER_SLOT = 2

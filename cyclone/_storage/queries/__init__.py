@@ -7,7 +7,7 @@ Each function takes the connection to run on and the client's
 name. Whether that connection is the
 caller's transaction, a completion transaction or a pooled connection of Cyclone's own is the
 caller's business; nothing here begins or commits. Callers use the package as one namespace
-(``from cyclone import _queries as db``).
+(``from cyclone._storage import queries as db``).
 """
 
 from __future__ import annotations

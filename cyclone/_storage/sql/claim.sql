@@ -29,7 +29,7 @@ r.state = 'running' AND r.lease_until BETWEEN '-infinity' AND 'infinity'
 -- fragment: bucket_tokens
 -- The tokens in the rate bucket of the one queue or kind row in scope (its columns named
 -- bare): what it held at refilled_at, refilled evenly at rate per per seconds since, up to
--- rate. The claim spends them; run_explain tells when the next one is due.
+-- rate. The claim spends them; node_explain tells when the next one is due.
 least(rate, tokens + greatest(0, extract(epoch FROM __now__ - refilled_at)) * rate / per)
 
 -- fragment: claim_chosen
