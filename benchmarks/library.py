@@ -96,8 +96,8 @@ async def wake_latency(
     latencies = []
     worker = cyclone.Worker(client, steps=[wake], queues={"wake": 4}, poll_interval=10.0)
     async with worker:
-        assert client._services.notifier is not None
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
+        assert client.services.notifier is not None
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         for i in range(samples + warmup):
             # As the docs show it: commit, publish, then give the connection back.
             async with pool.acquire() as conn, client.transaction(conn) as tx:

@@ -93,7 +93,7 @@ async def measure_history(pool: asyncpg.Pool, dsn: str, n: int) -> Figures:
     now = await pool.fetchval("SELECT now()")
     age = now - cutoff + dt.timedelta(microseconds=1)
     start = time.perf_counter()
-    purged = await client._services.runs.purge(
+    purged = await client.services.runs.purge(
         [(cyclone.RunState.COMPLETED, age)], 1000, batches=None
     )
     seconds = time.perf_counter() - start

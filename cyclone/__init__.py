@@ -17,6 +17,7 @@ from cyclone._enqueue.wakeups import (
     TrackedTransaction,
     track_wakeups,
 )
+from cyclone._model import ports as _ports
 from cyclone._model import results as _workflows
 from cyclone._model import steps
 from cyclone._model.context import Snooze
@@ -270,8 +271,14 @@ async def enqueue_completion(
     steps.require_kind(kind, call="enqueue_completion")
     tx = await ctx.completion_tracked()
     # Straight into the insert path: a unit test's context may have a recorder and no client.
-    runs = await _insert.Inserter(client).enqueue(tx, kind, [input], options)
+    runs = await _inserter(client).enqueue(tx, kind, [input], options)
     return runs[0]
+
+
+def _inserter(client: Client | None) -> _ports.Inserter:
+    """The insert path of ``client``; without one, the path that only writes to a recorder
+    (a unit test's context)."""
+    return _insert.Inserter(None) if client is None else client.services.inserter
 
 
 @overload
@@ -303,7 +310,7 @@ async def submit_completion(
     """
     _workflows.require_workflow(workflow, call="submit_completion")
     tx = await ctx.completion_tracked()
-    run, _ = await _insert.Inserter(client).submit(tx, workflow, None, input, options)
+    run, _ = await _inserter(client).submit(tx, workflow, None, input, options)
     return run
 
 

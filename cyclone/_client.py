@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -18,11 +19,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import asyncpg
 
 from cyclone._enqueue.adapters import adapter_for
-from cyclone._enqueue.insert import Inserter
+from cyclone._enqueue.insert import Inserter, Parts
+from cyclone._enqueue.targets import InsertSettings
 from cyclone._enqueue.wakeups import TrackedConnection, track_wakeups
 from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
-from cyclone._model.context import HandlerAttempt, HandlerContext
+from cyclone._model.context import HandlerContext
 from cyclone._model.errors import InvalidInputError
 from cyclone._model.explain import Explanation
 from cyclone._model.handles import (
@@ -111,23 +113,22 @@ class Client(AsyncResource):
         publisher = Publisher(
             database, self._channel, coalesce=self.notify_coalesce, notifier=notifier
         )
-        self._services = Services(
+        runs = Runs(database, publisher, notifier)
+        settings = InsertSettings(self._queries, self.payload_limit, self.observers)
+        self.services = Services(
             database=database,
             publisher=publisher,
             notifier=notifier,
-            runs=Runs(database, publisher, notifier),
+            runs=runs,
             observers=self.observers,
+            inserter=Inserter(Parts(settings, database, publisher, owner=self)),
+            new_context=functools.partial(Context, self),
         )
-        """The client's parts, for Cyclone's own modules (internal, not a stable API)."""
-        self._inserter = Inserter(self)
-        """The insert path that ``step.enqueue`` and ``workflow.submit`` hand their calls to."""
+        """The parts this client is made of, as Cyclone's own workers, handles and
+        definitions use them (not a stable API: use the client's methods)."""
 
     def __repr__(self) -> str:
         return f"<cyclone.Client schema={self.schema!r}>"
-
-    def _new_context(self, attempt: HandlerAttempt, **fields: Any) -> Context:
-        # A worker's handlers get their contexts here, so that ``ctx.client`` is this client.
-        return Context(self, attempt, **fields)
 
     def observe(self, observer: Observer) -> None:
         """Report enqueues, claims, outcomes and spans of this client and its workers to
@@ -141,8 +142,8 @@ class Client(AsyncResource):
 
     async def aclose(self) -> None:
         """Send the wakeups still held by the coalescing window. Call it before closing the pool."""
-        await self._services.publisher.aclose()
-        await self._services.database.aclose()
+        await self.services.publisher.aclose()
+        await self.services.database.aclose()
 
     async def migrate(self) -> list[int]:
         """Create or update Cyclone's tables; safe to call from many processes at once, and
@@ -150,21 +151,21 @@ class Client(AsyncResource):
 
         Returns the migration versions this call applied (empty when up to date).
         """
-        return await migrator.migrate(self._services.database)
+        return await migrator.migrate(self.services.database)
 
     async def check_schema(self) -> None:
         """Raise :class:`SchemaNotMigratedError` if the schema lacks migrations this package
         ships, :class:`SchemaVersionError` if it has some this package does not know, and
         :class:`UnsupportedPoolerError` if the pool goes through a pooler in transaction mode
         with asyncpg's statement cache on (docs/operations.md, PgBouncer)."""
-        await self._services.database.check_schema()
+        await self.services.database.check_schema()
 
     async def pending_migrations(self) -> list[int]:
         """The versions of the migrations this package ships that the schema lacks, oldest
         first (empty when it is up to date): what ``cyclone migrate --check`` lists, for a
         deploy pipeline or an admin page. :class:`SchemaVersionError` if the schema has
         migrations this package does not know (upgrade cyclone-pg on this host)."""
-        return await self._services.database.pending_migrations()
+        return await self.services.database.pending_migrations()
 
     async def wait_until_ready(self, *, wait_for_schema: bool = False) -> None:
         """Wait until the database answers (each reason to wait logged once), then check the
@@ -172,19 +173,19 @@ class Client(AsyncResource):
         deploy step or a readiness probe. With ``wait_for_schema``, also wait while the schema
         lacks migrations (another process is applying them); without, raise
         :class:`SchemaNotMigratedError`. Cancel the call to stop waiting."""
-        await self._services.database.wait_until_ready(wait_for_schema=wait_for_schema)
+        await self.services.database.wait_until_ready(wait_for_schema=wait_for_schema)
 
     @property
     def queues(self) -> Queues:
         """Flow control: pause and resume queues, and set the concurrency and rate limits
         every worker's claim obeys (docs/flow-control.md)."""
-        return Queues(self._services.database, self._services.publisher)
+        return Queues(self.services.database, self.services.publisher)
 
     @property
     def schedules(self) -> Schedules:
         """The schedules stored in this schema: list, pause, resume, trigger now, and create,
         update or delete dynamic ones (docs/schedules.md)."""
-        return Schedules(self._services.database, self._services.publisher)
+        return Schedules(self.services.database, self.services.publisher)
 
     # Wakeups
 
@@ -209,7 +210,7 @@ class Client(AsyncResource):
         ):
             adapter = adapter_for(conn)
             if adapter is not None:
-                block = adapter.async_transaction(self._services.publisher.publish, conn)
+                block = adapter.async_transaction(self.services.publisher.publish, conn)
                 if block is not None:
                     return block
         return self._tracked_transaction(conn)
@@ -238,7 +239,7 @@ class Client(AsyncResource):
             if ttx is not conn:  # an untracked outer transaction
                 await self.publish_wakeups(wakeups)
         else:
-            await self._services.publisher.committed(wakeups, ttx.connection)
+            await self.services.publisher.committed(wakeups, ttx.connection)
 
     async def publish_wakeups(self, wakeups: Wakeups) -> None:
         """Send one NOTIFY per distinct queue in ``wakeups`` and clear it.
@@ -249,7 +250,7 @@ class Client(AsyncResource):
         window, the NOTIFY goes out when the window closes. It never raises: a failed publish
         is logged, and polling picks the work up within one poll interval.
         """
-        await self._services.publisher.publish_wakeups(wakeups)
+        await self.services.publisher.publish_wakeups(wakeups)
 
     # Runs
 
@@ -264,12 +265,12 @@ class Client(AsyncResource):
 
         With ``output_type`` it is a :class:`ResultRun` whose ``result()`` decodes to it.
         """
-        await self._services.runs.status(run_id)
+        await self.services.runs.status(run_id)
         return Run(self, run_id) if output_type is None else ResultRun(self, run_id, output_type)
 
     async def list_runs(self, query: RunQuery | None = None) -> RunPage:
         """Runs matching ``query``, newest first, one page at a time."""
-        return await self._services.runs.page(query or RunQuery())
+        return await self.services.runs.page(query or RunQuery())
 
     async def purge_terminal_runs(
         self,
@@ -287,13 +288,13 @@ class Client(AsyncResource):
         wanted = [RunState(s) for s in states]
         if on_batch is not None and not callable(on_batch):
             raise InvalidInputError(f"on_batch must be a callable taking a count, not {on_batch!r}")
-        return await self._services.runs.purge(
+        return await self.services.runs.purge(
             [(s, age) for s in wanted], PURGE_BATCH, batches=None, on_batch=on_batch
         )
 
     async def stats(self) -> list[QueueStats]:
         """Live work per queue, for dashboards and ``cyclone stats``."""
-        async with self._services.database.acquire() as conn:
+        async with self.services.database.acquire() as conn:
             rows = await db.stats_queues(conn, self._queries)
             unserved = await db.stats_unserved(conn, self._queries)
             flow = {r["queue"]: r for r in await db.queue_list(conn, self._queries, None)}
@@ -318,7 +319,7 @@ class Client(AsyncResource):
     async def workers(self) -> list[WorkerInfo]:
         """The live workers of this schema, newest first (``cyclone stats`` counts them per
         queue; the dashboard lists them)."""
-        async with self._services.database.acquire() as conn:
+        async with self.services.database.acquire() as conn:
             rows = await db.worker_list(conn, self._queries)
         return [WorkerInfo(**dict(r)) for r in rows]
 
@@ -341,7 +342,7 @@ class Client(AsyncResource):
                 f"explain() takes a cyclone.Run or a uuid.UUID, got {type(run).__name__}: "
                 f"pass uuid.UUID(text) for a run id in text"
             )
-        return await explain(self._services.database, run_id)
+        return await explain(self.services.database, run_id)
 
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output.
@@ -350,7 +351,7 @@ class Client(AsyncResource):
         """
         validate_name(node, what="node")
         encoded = codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
-        await self._services.runs.signal(run_id, node, encoded)
+        await self.services.runs.signal(run_id, node, encoded)
 
     # Read models for dashboards (cyclone.web)
 
@@ -361,7 +362,7 @@ class Client(AsyncResource):
         query = query or RunQuery()
         cap = validate_int(at_most, what="at_most", low=1)
         filters = search_args(query)
-        async with self._services.database.acquire() as conn:
+        async with self.services.database.acquire() as conn:
             return await db.run_count(conn, self._queries, filters, cap=cap, scan=query.scan)
 
     async def throughput(self, *, minutes: int = 60) -> list[Throughput]:
@@ -373,7 +374,7 @@ class Client(AsyncResource):
             raise InvalidInputError(
                 f"minutes must be at most {_THROUGHPUT_MAX_MINUTES} (one day), got {window}"
             )
-        async with self._services.database.acquire() as conn:
+        async with self.services.database.acquire() as conn:
             rows = await db.throughput_minutes(conn, self._queries, window)
         return [Throughput(**dict(r)) for r in rows]
 
@@ -387,7 +388,7 @@ class Client(AsyncResource):
         ``notify=False`` the event is never set.
         """
         event = asyncio.Event()
-        notifier = self._services.notifier
+        notifier = self.services.notifier
         if notifier is None:
             yield event
             return

@@ -23,7 +23,7 @@ import psycopg_pool
 from cyclone._enqueue.adapters import adapter_for
 from cyclone._enqueue.insert import plan_jobs
 from cyclone._enqueue.sync_targets import SyncOwnStatement, caller_target
-from cyclone._enqueue.targets import DatabaseTarget
+from cyclone._enqueue.targets import DatabaseTarget, InsertSettings
 from cyclone._enqueue.wakeups import SyncTrackedConnection
 from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
@@ -77,16 +77,16 @@ class Run:
 
     def status(self) -> RunState:
         """The run's state; :class:`RunNotFoundError` if it is not visible."""
-        return self.client._services.runs.status(self.id)
+        return self.client.services.runs.status(self.id)
 
     def wait(self, timeout: float | None = None) -> RunState:
         """Block until the run ends; the builtin :class:`TimeoutError` after ``timeout`` s."""
-        state, _ = self.client._services.runs.until_ended(self.id, timeout, result=False)
+        state, _ = self.client.services.runs.until_ended(self.id, timeout, result=False)
         return state
 
     def info(self) -> RunInfo:
         """What the run is and where it stands (as in ``client.list_runs``)."""
-        return self.client._services.runs.info(self.id)
+        return self.client.services.runs.info(self.id)
 
 
 class ResultRun(Run, Generic[Out_co]):
@@ -98,7 +98,7 @@ class ResultRun(Run, Generic[Out_co]):
 
     def result(self, timeout: float | None = None) -> Out_co:
         """Block until the run ends; its output, or the error it ended with."""
-        _, row = self.client._services.runs.until_ended(self.id, timeout, result=True)
+        _, row = self.client.services.runs.until_ended(self.id, timeout, result=True)
         out: Out_co = result_of(self.id, row, self.output_type)
         return out
 
@@ -131,25 +131,26 @@ class Client:
         self._channel = f"cyclone_{schema}"
         self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
         self.observers = Observers()
+        self._settings = InsertSettings(self._queries, self.payload_limit, self.observers)
         database = SyncDatabase(source, own, self._queries, self._channel)
-        self._services = Services(database=database, runs=SyncRuns(database))
+        self.services = Services(database=database, runs=SyncRuns(database))
         """The client's parts, for Cyclone's own modules (internal, not a stable API)."""
 
     def __repr__(self) -> str:
         return f"<cyclone.sync.Client schema={self.schema!r}>"
 
     def _target(self, tx: Any) -> DatabaseTarget:
-        database = self._services.database
+        database = self.services.database
         if tx is None:
-            return SyncOwnStatement(self, database)
-        return caller_target(self, database.publish, tx)
+            return SyncOwnStatement(self._settings, database)
+        return caller_target(self._settings, database.publish, tx)
 
     # Wakeups
 
     def publish_wakeups(self, wakeups: Wakeups) -> None:
         """Send one NOTIFY per distinct queue in ``wakeups`` and clear it; call it after the
         commit. It never raises: a failed publish is logged, and polling finds the work."""
-        self._services.database.publish([queue_payload(q) for q in sorted(wakeups.take())])
+        self.services.database.publish([queue_payload(q) for q in sorted(wakeups.take())])
 
     @overload
     def transaction(
@@ -166,7 +167,7 @@ class Client:
             block = (
                 None
                 if adapter is None
-                else adapter.sync_transaction(conn, self._services.database.publish)
+                else adapter.sync_transaction(conn, self.services.database.publish)
             )
             if block is None:
                 raise InvalidInputError(
@@ -190,7 +191,7 @@ class Client:
         if not ttx.is_in_transaction():
             # Committed: the wakeups go out on the connection in hand, so a caller holding
             # the last connection of a pool does not wait for another one.
-            self._services.database.publish(
+            self.services.database.publish(
                 [queue_payload(q) for q in sorted(wakeups.take())], ttx.connection
             )
         elif ttx is not conn:
@@ -232,7 +233,7 @@ class Client:
         self, tx: Any, kind: Kind[In, Out], inputs: list[In], options: Any
     ) -> list[ResultRun[Out]]:
         target = self._target(tx)
-        plan = plan_jobs(self, kind, inputs, options)
+        plan = plan_jobs(self._settings, kind, inputs, options)
         if plan.ids:
             run_sync(target.write_jobs(plan))
         return [ResultRun(self, i, kind.output_type) for i in plan.ids]
@@ -335,19 +336,19 @@ class Client:
     def get_run(self, run_id: uuid.UUID, output_type: type[Out]) -> ResultRun[Out]: ...
     def get_run(self, run_id: uuid.UUID, output_type: Any = None) -> Run:
         """A handle on an existing run; :class:`RunNotFoundError` if it is not visible."""
-        self._services.runs.status(run_id)
+        self.services.runs.status(run_id)
         return Run(self, run_id) if output_type is None else ResultRun(self, run_id, output_type)
 
     def list_runs(self, query: RunQuery | None = None) -> RunPage:
         """Runs matching ``query``, newest first, one page at a time (as ``cyclone.Client``)."""
-        with self._services.database.connection() as raw:
+        with self.services.database.connection() as raw:
             return run_sync(page_on(connect(raw), self._queries, query or RunQuery()))
 
     def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output."""
         validate_name(node, what="node")
         encoded = codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
-        database = self._services.database
+        database = self.services.database
         with database.transaction() as conn:
             effects = run_sync(transitions.signal(conn, self._queries, run_id, node, encoded))
         database.publish(effects.payloads())

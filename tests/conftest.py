@@ -118,7 +118,7 @@ class QueueWakeups:
 @contextlib.asynccontextmanager
 async def queue_wakeups(client: cyclone.Client) -> AsyncIterator[QueueWakeups]:
     """The client's notifier listening, and what it dispatches to the queues' subscribers."""
-    notifier = client._services.notifier
+    notifier = client.services.notifier
     assert notifier is not None
     seen = QueueWakeups()
     unsubscribe = notifier.subscribe_queues(seen.record)

@@ -23,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import asyncpg
 
@@ -38,7 +39,7 @@ from cyclone._enqueue.targets import (
 from cyclone._enqueue.wakeups import TrackedConnection
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT, encode_array
 from cyclone._model.errors import ContextError, InvalidInputError
-from cyclone._model.handles import ResultRun, Run, RunService
+from cyclone._model.handles import ResultRun, Run, RunsClient, RunService
 from cyclone._model.ids import uuid7_many
 from cyclone._model.options import EnqueueOptions, check_options
 from cyclone._model.results import ResultWorkflow
@@ -49,18 +50,9 @@ from cyclone._storage import queries as db
 
 if TYPE_CHECKING:
     from cyclone._model.steps import Kind
-    from cyclone._services.bundle import Services
 
 # The option names a call takes at run time are the keys its TypedDict gives a type checker.
 ENQUEUE_OPTIONS = EnqueueOptions.__optional_keys__
-
-
-class InsertClient(InsertSettings, Protocol):
-    """What the asyncio insert path needs of a client (``cyclone.Client``): its settings,
-    and the services its own statements and wakeups go through."""
-
-    @property
-    def _services(self) -> Services: ...
 
 
 class OwnStatement(DatabaseTarget):
@@ -89,41 +81,13 @@ class OwnStatement(DatabaseTarget):
         self.publisher.wake(queues)
 
 
-def target_for(client: InsertClient | None, tx: object) -> Target:
-    """The target that writes through ``tx`` (``None``: Cyclone's own statement; a ``tx``
-    whose type has ``insert_target()``, the target that method gives)."""
-    # Looked up on the type: cheaper than isinstance() on a runtime protocol, on every call.
-    provides = getattr(type(tx), "insert_target", None)
-    if provides is not None:
-        target: Target = provides(tx)
-        return target
-    if client is None:
-        raise InvalidInputError("a client is needed to enqueue or submit")
-    services = client._services
-    if tx is None:
-        return OwnStatement(client, services.database, services.publisher)
-    if isinstance(tx, TrackedConnection):
-        return asyncpg_caller(client, tx.connection, tx.record)
-    if isinstance(tx, asyncpg.Connection | asyncpg.pool.PoolConnectionProxy):
-        return asyncpg_caller(client, tx, None)
-    adapter = adapter_for(tx)
-    if adapter is not None:
-        caller = adapter.async_target(client, services.publisher.publish, tx)
-        if caller is not None:
-            return caller
-    raise InvalidInputError(
-        f"tx must be an asyncpg connection in a transaction, a tracked connection or a "
-        f"SQLAlchemy AsyncSession/AsyncConnection on asyncpg; got {type(tx).__name__}"
-    )
-
-
-def payload_limit(client: InsertSettings | None) -> int:
+def payload_limit(settings: InsertSettings | None) -> int:
     """The client's input limit; a recorder in a unit test may come without a client."""
-    return DEFAULT_PAYLOAD_LIMIT if client is None else client.payload_limit
+    return DEFAULT_PAYLOAD_LIMIT if settings is None else settings.payload_limit
 
 
 def plan_jobs(
-    client: InsertSettings | None,
+    settings: InsertSettings | None,
     kind: Kind[Any, Any],
     inputs: Sequence[Any],
     options: Mapping[str, Any],
@@ -133,7 +97,7 @@ def plan_jobs(
     if opts.unique is not None and len(inputs) != 1:
         raise InvalidInputError("unique= applies to a single enqueue, not to enqueue_many")
     encoded = encode_array(
-        inputs, kind.input_type, what=f"input of step {kind.name!r}", limit=payload_limit(client)
+        inputs, kind.input_type, what=f"input of step {kind.name!r}", limit=payload_limit(settings)
     )
     return JobPlan(
         kind=kind,
@@ -145,25 +109,65 @@ def plan_jobs(
     )
 
 
-class Inserter:
-    """A client's insert path (``client._inserter``): where ``step.enqueue``,
-    ``workflow.submit`` and their variants hand their calls. Without a client (a unit test's
-    context), it writes only to a ``tx`` that brings its own target (the test recorder)."""
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What a client's insert path writes with: its settings, its database and publisher
+    (for Cyclone's own statements and their wakeups), and the owner of the handles it gives
+    (the client, whose runs service they keep)."""
 
-    def __init__(self, client: InsertClient | None) -> None:
-        self.client = client
+    settings: InsertSettings
+    database: Database
+    publisher: Publisher
+    owner: RunsClient
+
+
+class Inserter:
+    """A client's insert path: where ``step.enqueue``, ``workflow.submit`` and their variants
+    hand their calls. Without ``parts`` (a unit test's context, no client), it writes only
+    to a ``tx`` that brings its own target (the test recorder)."""
+
+    def __init__(self, parts: Parts | None) -> None:
+        self.parts = parts
+        self.settings = None if parts is None else parts.settings
+        self._owner: RunsClient = _Recorded() if parts is None else parts.owner
+
+    def target(self, tx: object) -> Target:
+        """The target that writes through ``tx`` (``None``: Cyclone's own statement; a ``tx``
+        whose type has ``insert_target()``, the target that method gives)."""
+        # Looked up on the type: cheaper than isinstance() on a runtime protocol, on every call.
+        provides = getattr(type(tx), "insert_target", None)
+        if provides is not None:
+            target: Target = provides(tx)
+            return target
+        parts = self.parts
+        if parts is None:
+            raise InvalidInputError("a client is needed to enqueue or submit")
+        if tx is None:
+            return OwnStatement(parts.settings, parts.database, parts.publisher)
+        if isinstance(tx, TrackedConnection):
+            return asyncpg_caller(parts.settings, tx.connection, tx.record)
+        if isinstance(tx, asyncpg.Connection | asyncpg.pool.PoolConnectionProxy):
+            return asyncpg_caller(parts.settings, tx, None)
+        adapter = adapter_for(tx)
+        if adapter is not None:
+            caller = adapter.async_target(parts.settings, parts.publisher.publish, tx)
+            if caller is not None:
+                return caller
+        raise InvalidInputError(
+            f"tx must be an asyncpg connection in a transaction, a tracked connection or a "
+            f"SQLAlchemy AsyncSession/AsyncConnection on asyncpg; got {type(tx).__name__}"
+        )
 
     async def enqueue(
         self, tx: object, kind: Kind[Any, Any], inputs: Sequence[Any], options: Mapping[str, Any]
     ) -> list[ResultRun[Any]]:
         """Insert jobs of ``kind`` through ``tx`` (None: Cyclone's own statement); their
         handles in input order."""
-        target = target_for(self.client, tx)
-        plan = plan_jobs(self.client, kind, inputs, options)
+        target = self.target(tx)
+        plan = plan_jobs(self.settings, kind, inputs, options)
         if plan.ids:
             await target.write_jobs(plan)
-        owner = _Recorded() if self.client is None else self.client
-        return [ResultRun(owner, i, kind.output_type) for i in plan.ids]
+        return [ResultRun(self._owner, i, kind.output_type) for i in plan.ids]
 
     async def submit(
         self,
@@ -178,13 +182,12 @@ class Inserter:
         """Submit a run of ``workflow`` through ``tx``; its handle, and whether this call
         created it (a ``submit_once`` key may name an existing run). With ``parent`` (run,
         node) the run is that node's next child."""
-        target = target_for(self.client, tx)
-        plan = workflow.plan(payload_limit(self.client), key, input, options, parent)
+        target = self.target(tx)
+        plan = workflow.plan(payload_limit(self.settings), key, input, options, parent)
         run_id, created = await target.write_run(plan)
-        owner = _Recorded() if self.client is None else self.client
         if isinstance(workflow, ResultWorkflow):
-            return ResultRun(owner, run_id, workflow.output_type), created
-        return Run(owner, run_id), created
+            return ResultRun(self._owner, run_id, workflow.output_type), created
+        return Run(self._owner, run_id), created
 
 
 class _Unwritten:
@@ -205,4 +208,4 @@ class _RecordedParts:
 class _Recorded:
     """The client of a handle from a recorded insert."""
 
-    _services = _RecordedParts()
+    services = _RecordedParts()

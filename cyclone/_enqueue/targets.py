@@ -47,15 +47,14 @@ NOT_IN_TRANSACTION = (
 )
 
 
-class InsertSettings(Protocol):
-    """What the insert path needs of a client (``cyclone.Client`` or ``cyclone.sync.Client``)."""
+@dataclass(frozen=True, slots=True)
+class InsertSettings:
+    """What the insert path takes of a client (``cyclone.Client`` or ``cyclone.sync.Client``):
+    its statements, its input limit and the observers its enqueues are reported to."""
 
-    @property
-    def _queries(self) -> Queries: ...
-    @property
-    def payload_limit(self) -> int: ...
-    @property
-    def observers(self) -> Observers: ...
+    queries: Queries
+    payload_limit: int
+    observers: Observers
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +123,7 @@ class DatabaseTarget:
 
     async def _insert_jobs(self, conn: db.Conn, plan: JobPlan, trace: str | None) -> bool:
         """Insert; return whether the statement carried its own wakeup."""
-        q, opts, kind = self.settings._queries, plan.options, plan.kind
+        q, opts, kind = self.settings.queries, plan.options, plan.kind
         if opts.sequence is not None:
             await db.sequence_lock(conn, q, kind.name, opts.sequence)
         inline = opts.sequence is None and opts.claimable_now()
@@ -207,7 +206,7 @@ class DatabaseTarget:
             edges[2].extend(plan.edges[1])
         async with self.connection(transaction=False) as conn:
             rows = await db.child_insert_many(
-                conn, self.settings._queries, db.ChildRuns(runs, nodes, edges)
+                conn, self.settings.queries, db.ChildRuns(runs, nodes, edges)
             )
         written = {uuid.UUID(r["value"]) for r in rows if r["what"] == "run"}
         self.woke(sorted(r["value"] for r in rows if r["what"] == "queue"))
@@ -222,7 +221,7 @@ class DatabaseTarget:
         return found
 
     async def _insert_run(self, plan: SubmitPlan, trace: str | None) -> tuple[uuid.UUID, bool]:
-        q = self.settings._queries
+        q = self.settings.queries
         queues = set(plan.queues)
         # Root map nodes over a non-empty list grow their items in the insert; over anything
         # else (which may complete or fail them), in its transaction. A child run is written
@@ -265,7 +264,7 @@ class DatabaseTarget:
     async def _link(self, conn: db.Conn, plan: SubmitPlan, run_id: uuid.UUID) -> None:
         """Make a child run its parent node's child (on the child's transaction)."""
         if plan.parent is not None:
-            await db.child_link(conn, self.settings._queries, run_id, *plan.parent)
+            await db.child_link(conn, self.settings.queries, run_id, *plan.parent)
 
 
 class CallerTransaction(DatabaseTarget):
@@ -312,7 +311,7 @@ def asyncpg_caller(
     return CallerTransaction(settings, open, record)
 
 
-def trace_text(client: InsertSettings | None) -> str | None:
+def trace_text(settings: InsertSettings | None) -> str | None:
     """The current trace context as JSON text, to store with runs written now."""
-    carrier = None if client is None else client.observers.trace_context()
+    carrier = None if settings is None else settings.observers.trace_context()
     return None if carrier is None else codec.encode_plain(carrier)

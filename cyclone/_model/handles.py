@@ -253,7 +253,9 @@ class RunsClient(Protocol):
     it keeps."""
 
     @property
-    def _services(self) -> RunServices: ...
+    def services(self) -> RunServices:
+        """The client's parts (the handle keeps its runs service)."""
+        ...
 
 
 class Run:
@@ -262,7 +264,7 @@ class Run:
     __slots__ = ("_runs", "id")
 
     def __init__(self, client: RunsClient, run_id: uuid.UUID) -> None:
-        self._runs: RunService = client._services.runs
+        self._runs: RunService = client.services.runs
         self.id = run_id
 
     def __repr__(self) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 import asyncpg
 
-from cyclone._model.handles import RunsClient
+from cyclone._model.handles import RunsClient, RunServices
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -79,8 +79,20 @@ class Inserter(Protocol):
         ...
 
 
+class ClientServices(RunServices, Protocol):
+    """The parts of a client that definitions and handles use: its runs service and its
+    insert path."""
+
+    @property
+    def inserter(self) -> Inserter:
+        """Where ``step.enqueue`` and ``workflow.submit`` hand their calls."""
+        ...
+
+
 class ClientPort(RunsClient, Protocol):
     """What a definition is given as ``client``: a :class:`cyclone.Client`."""
 
     @property
-    def _inserter(self) -> Inserter: ...
+    def services(self) -> ClientServices:
+        """The client's parts."""
+        ...

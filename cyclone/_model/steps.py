@@ -75,21 +75,21 @@ class Kind(Generic[In_contra, Out_co]):
         self, client: ClientPort, input: In_contra, **options: Unpack[EnqueueOptions]
     ) -> ResultRun[Out_co]:
         """Enqueue one job in its own transaction and wake workers after the commit."""
-        runs = await client._inserter.enqueue(None, self, [input], options)
+        runs = await client.services.inserter.enqueue(None, self, [input], options)
         return runs[0]
 
     async def enqueue_tx(
         self, client: ClientPort, tx: Tx, input: In_contra, **options: Unpack[EnqueueOptions]
     ) -> ResultRun[Out_co]:
         """Enqueue one job in the caller's open transaction ``tx``; never commits it."""
-        runs = await client._inserter.enqueue(tx, self, [input], options)
+        runs = await client.services.inserter.enqueue(tx, self, [input], options)
         return runs[0]
 
     async def enqueue_many(
         self, client: ClientPort, inputs: Sequence[In_contra], **options: Unpack[EnqueueManyOptions]
     ) -> list[ResultRun[Out_co]]:
         """Enqueue many jobs in one round trip; handles come in the order of ``inputs``."""
-        return await client._inserter.enqueue(None, self, list(inputs), options)
+        return await client.services.inserter.enqueue(None, self, list(inputs), options)
 
     async def enqueue_many_tx(
         self,
@@ -99,7 +99,7 @@ class Kind(Generic[In_contra, Out_co]):
         **options: Unpack[EnqueueManyOptions],
     ) -> list[ResultRun[Out_co]]:
         """``enqueue_many`` in the caller's open transaction ``tx``."""
-        return await client._inserter.enqueue(tx, self, list(inputs), options)
+        return await client.services.inserter.enqueue(tx, self, list(inputs), options)
 
 
 class Step(Kind[In_contra, Out_co]):

@@ -145,4 +145,4 @@ class Submittable(Generic[In]):
         input: In,
         options: Mapping[str, Any],
     ) -> tuple[Run, bool]:
-        return await client._inserter.submit(tx, self, key, input, options)
+        return await client.services.inserter.submit(tx, self, key, input, options)

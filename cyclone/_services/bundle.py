@@ -1,12 +1,18 @@
 """What a client is made of, for Cyclone's own modules: the parts they are given explicitly.
 
-Internal, not a stable API: applications use the client's public methods.
+A client builds one and is its only owner; it hands it to what it builds (a worker, the
+handles of its runs), which take the parts they use from it and keep nothing else of the
+client. Internal, not a stable API: applications use the client's public methods.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from cyclone._model.context import HandlerContext
+from cyclone._model.ports import Inserter
 from cyclone._services.database import Database
 from cyclone._services.notifier import Notifier
 from cyclone._services.observe import Observers
@@ -20,7 +26,9 @@ class Services:
 
     ``database``: connections and Cyclone's own transactions; ``publisher``: wakeups;
     ``notifier``: this process's LISTEN connection, None with ``notify=False``; ``runs``:
-    run reads and actions; ``observers``: metrics and traces.
+    run reads and actions; ``observers``: metrics and traces; ``inserter``: the insert path
+    that ``step.enqueue`` and ``workflow.submit`` hand their calls to; ``new_context``: makes
+    the context a worker's handler gets (its ``ctx.client`` is the client).
     """
 
     database: Database
@@ -28,3 +36,5 @@ class Services:
     notifier: Notifier | None
     runs: Runs
     observers: Observers
+    inserter: Inserter
+    new_context: Callable[..., HandlerContext[Any]]  # (attempt, **fields)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from cyclone._enqueue.insert import plan_jobs
+from cyclone._enqueue.insert import Inserter, Parts, plan_jobs
 from cyclone._enqueue.wakeups import track_wakeups
 from cyclone._model import codec
 from cyclone._model.errors import SubmitConflictError
@@ -29,7 +29,6 @@ from cyclone._storage import queries as db
 if TYPE_CHECKING:
     from cyclone._enqueue.wakeups import TrackedConnection
     from cyclone._model.workflows import Workflow
-    from cyclone._worker.ports import WorkerClient
 
 logger = logging.getLogger("cyclone")
 
@@ -38,18 +37,22 @@ _CLAIM_LIMIT = 100  # due schedules locked by one pass
 
 class Firing:
     """The firing passes of one worker: its ``declared`` schedules, and the dynamic ones
-    whose target is among the ``kinds`` and ``workflows`` it serves."""
+    whose target is among the ``kinds`` and ``workflows`` it serves; runs are written
+    through the client's insert ``parts``."""
 
     def __init__(
         self,
-        client: WorkerClient,
+        parts: Parts,
         declared: Mapping[str, Schedule[Any]],
         *,
         kinds: Mapping[str, Kind[Any, Any]],
         workflows: Mapping[str, Workflow[Any]],
         worker_id: str,
     ) -> None:
-        self.client = client
+        self._database = parts.database
+        self._publisher = parts.publisher
+        self._settings = parts.settings
+        self._inserter = Inserter(parts)
         self.declared = declared
         self._kinds = dict(kinds)
         self._workflows = dict(workflows)
@@ -61,11 +64,10 @@ class Firing:
 
         ``now`` (tests) stands for the database's clock. Returns the schedules claimed.
         """
-        q = self.client._queries
-        services = self.client._services
-        async with services.database.acquire() as conn:
+        q = self._database.queries
+        async with self._database.acquire() as conn:
             ttx, wakeups = track_wakeups(conn)
-            async with services.database.transaction(ttx):
+            async with self._database.transaction(ttx):
                 rows = await db.schedule_claim_due(
                     ttx.connection, q, sorted(self.declared), self.targets, now, _CLAIM_LIMIT
                 )
@@ -75,8 +77,8 @@ class Firing:
             # Reported as committed, before the wakeups go out: a worker in this process may
             # run (and its owner stop on) a slot's job as soon as its wakeup is handed over.
             for name, lag in fired:
-                self.client.observers.schedule_fired(name, lag)
-            await services.publisher.committed(wakeups, conn)
+                self._settings.observers.schedule_fired(name, lag)
+            await self._publisher.committed(wakeups, conn)
         return len(rows)
 
     async def _fire(self, ttx: TrackedConnection, row: db.Record) -> list[tuple[str, float]]:
@@ -113,7 +115,7 @@ class Firing:
         last = next((runs[k] for k, _ in reversed(keyed) if k in runs), None)
         await db.schedule_advance(
             ttx.connection,
-            self.client._queries,
+            self._database.queries,
             name,
             next_at=due.next_at,
             last_slot=due.fire[-1] if due.fire else None,
@@ -153,7 +155,7 @@ class Firing:
         made: dict[str, uuid.UUID] = {}
         for key, value in values:
             try:
-                run, created = await target.submit_once_tx(self.client, ttx, key, value)
+                run, created = await self._inserter.submit(ttx, target, key, value, {})
             except SubmitConflictError:
                 continue  # the slot's run exists, made from another input: it stays
             if created:
@@ -163,10 +165,10 @@ class Firing:
     async def _insert_jobs(
         self, ttx: TrackedConnection, kind: Kind[Any, Any], values: list[tuple[str, Any]]
     ) -> dict[str, uuid.UUID]:
-        plan = plan_jobs(self.client, kind, [v for _, v in values], {})
+        plan = plan_jobs(self._settings, kind, [v for _, v in values], {})
         inserted = await db.schedule_job_insert_many(
             ttx.connection,
-            self.client._queries,
+            self._database.queries,
             kind=kind.name,
             queue=kind.queue,
             priority=kind.priority,
@@ -177,7 +179,7 @@ class Firing:
         )
         if inserted:
             ttx.record(kind.queue)
-            self.client.observers.enqueued(kind.name, kind.queue, len(inserted))
+            self._settings.observers.enqueued(kind.name, kind.queue, len(inserted))
         return {r["key"]: r["id"] for r in inserted}
 
 

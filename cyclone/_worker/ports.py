@@ -1,36 +1,48 @@
 """What a worker needs of the client it is given, as a protocol: ``cyclone.Worker(client)``
-takes a ``cyclone.Client``, and the worker's parts name only this."""
+takes a ``cyclone.Client``; the worker reads its parts and settings here, once, and hands
+each of its own parts what that part uses (it keeps nothing else of the client)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from cyclone._enqueue.insert import Parts
+from cyclone._enqueue.targets import InsertSettings
+from cyclone._model.ports import ClientPort
 
 if TYPE_CHECKING:
-    from cyclone._model.context import HandlerAttempt, HandlerContext
-    from cyclone._model.ports import Inserter
     from cyclone._services.bundle import Services
-    from cyclone._services.observe import Observers
     from cyclone._services.runs import Retention
-    from cyclone._storage.loader import Queries
 
 
-class WorkerClient(Protocol):
-    """The client of a worker (``cyclone.Client``): its services and statements, its limits,
-    its insert path (schedules submit through it), and the contexts its handlers get."""
+class WorkerClient(ClientPort, Protocol):
+    """The client of a worker (``cyclone.Client``): its parts, its limits, its retention."""
 
     @property
-    def _services(self) -> Services: ...
-    @property
-    def _queries(self) -> Queries: ...
-    @property
-    def _inserter(self) -> Inserter: ...
-    @property
-    def payload_limit(self) -> int: ...
-    @property
-    def output_limit(self) -> int: ...
-    @property
-    def observers(self) -> Observers: ...
-    @property
-    def retention(self) -> Retention | None: ...
+    def services(self) -> Services:
+        """The client's parts."""
+        ...
 
-    def _new_context(self, attempt: HandlerAttempt, **fields: Any) -> HandlerContext[Any]: ...
+    @property
+    def payload_limit(self) -> int:
+        """The largest encoded input, in bytes (a child run's, a scheduled run's)."""
+        ...
+
+    @property
+    def output_limit(self) -> int:
+        """The largest encoded output, in bytes."""
+        ...
+
+    @property
+    def retention(self) -> Retention | None:
+        """Which terminal runs the worker's maintenance deletes."""
+        ...
+
+
+def insert_parts(client: WorkerClient) -> Parts:
+    """The client's insert path's parts, for the runs a worker writes itself (scheduled runs,
+    child runs): its statements, limit, observers, database and publisher; the handles it
+    gives are the client's."""
+    services = client.services
+    settings = InsertSettings(services.database.queries, client.payload_limit, services.observers)
+    return Parts(settings, services.database, services.publisher, owner=client)

@@ -32,8 +32,9 @@ from cyclone._worker import maintenance
 from cyclone._worker.firing import Firing
 
 if TYPE_CHECKING:
+    from cyclone._enqueue.insert import Parts
     from cyclone._model.workflows import Workflow
-    from cyclone._worker.ports import WorkerClient
+    from cyclone._services.bundle import Services
 
 logger = logging.getLogger("cyclone")
 
@@ -43,14 +44,17 @@ _BUSY_RETRY = 0.02  # a due row locked by another worker firing it: look again t
 class Scheduler:
     """The timer service of one worker (see the module docstring).
 
-    ``schedules`` are the worker's declared schedules; ``kinds`` and ``workflows`` what it
-    serves (for dynamic schedules). ``poll`` is the floor of the timer; ``lease`` how long a
-    declaration lasts without a refresh (refreshed every third of it).
+    ``services`` are the client's parts (its database, its listener, what maintenance
+    needs), ``parts`` its insert path's; ``schedules`` are the worker's declared schedules;
+    ``kinds`` and ``workflows`` what it serves (for dynamic schedules). ``poll`` is the floor
+    of the timer; ``lease`` how long a declaration lasts without a refresh (refreshed every
+    third of it).
     """
 
     def __init__(
         self,
-        client: WorkerClient,
+        services: Services,
+        parts: Parts,
         schedules: Sequence[Schedule[Any]],
         *,
         kinds: Mapping[str, Kind[Any, Any]],
@@ -59,10 +63,11 @@ class Scheduler:
         poll: float = 5.0,
         lease: float = 60.0,
     ) -> None:
-        self.client = client
+        self._services = services
+        self._database = services.database
         self.declared = check_unique(list(schedules))
         self._firing = Firing(
-            client, self.declared, kinds=kinds, workflows=workflows, worker_id=worker_id
+            parts, self.declared, kinds=kinds, workflows=workflows, worker_id=worker_id
         )
         self.worker_id = worker_id
         self.poll = poll
@@ -75,7 +80,7 @@ class Scheduler:
     async def start(self) -> None:
         """Upsert the declared schedules, then start the timer in the running loop."""
         await self.declare()
-        notifier = self.client._services.notifier
+        notifier = self._services.notifier
         if notifier is not None:
             self._unsubscribe = notifier.subscribe_queues(self._on_wakeup)
             notifier.acquire()
@@ -91,8 +96,8 @@ class Scheduler:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-            assert self.client._services.notifier is not None  # subscribed through it
-            await self.client._services.notifier.release()
+            assert self._services.notifier is not None  # subscribed through it
+            await self._services.notifier.release()
 
     def wake(self) -> None:
         """Re-read when the timer is due now (a schedule changed)."""
@@ -108,8 +113,8 @@ class Scheduler:
             return
         now = dt.datetime.now(dt.UTC)
         rows = [(s.name, definition(s, now)) for s in self.declared.values()]
-        async with self.client._services.database.acquire() as conn:
-            await db.schedule_declare_many(conn, self.client._queries, self.lease, rows)
+        async with self._database.acquire() as conn:
+            await db.schedule_declare_many(conn, self._database.queries, self.lease, rows)
 
     async def _run(self) -> None:
         refreshed = time.monotonic()
@@ -118,9 +123,9 @@ class Scheduler:
             delay = self.poll
             try:
                 if self.declared and time.monotonic() - refreshed >= self.lease / 3:
-                    async with self.client._services.database.acquire() as conn:
+                    async with self._database.acquire() as conn:
                         await db.schedule_refresh(
-                            conn, self.client._queries, self.lease, sorted(self.declared)
+                            conn, self._database.queries, self.lease, sorted(self.declared)
                         )
                     refreshed = time.monotonic()
                 delay = await self._step()
@@ -142,9 +147,9 @@ class Scheduler:
 
     async def _step(self) -> float:
         """Fire what is due now; return how long to sleep before looking again."""
-        async with self.client._services.database.acquire() as conn:
+        async with self._database.acquire() as conn:
             due = await db.schedule_next_due(
-                conn, self.client._queries, sorted(self.declared), self._firing.targets, None
+                conn, self._database.queries, sorted(self.declared), self._firing.targets, None
             )
         now: dt.datetime = due["now"]
         slot = due["schedule_due"]
@@ -156,7 +161,7 @@ class Scheduler:
             # Once per due time: one that stays due (its run is locked, say) waits for the
             # maintenance pass instead of spinning this loop.
             self._handled_overdue = overdue
-            await maintenance.expire_overdue(self.client._services, worker_id=self.worker_id)
+            await maintenance.expire_overdue(self._services, worker_id=self.worker_id)
             return 0.0
         soonest: dt.datetime | None = min(
             (t for t in (slot, overdue) if t is not None and t > now), default=None

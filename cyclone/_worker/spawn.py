@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from cyclone._enqueue.insert import target_for
+from cyclone._enqueue.insert import Inserter, Parts
 from cyclone._enqueue.targets import DatabaseTarget
 from cyclone._enqueue.wakeups import TrackedConnection
 from cyclone._model import codec
@@ -22,14 +22,14 @@ if TYPE_CHECKING:
     from cyclone._model.plans import SubmitPlan
     from cyclone._model.steps import Step
     from cyclone._model.workflows import Workflow
-    from cyclone._worker.ports import WorkerClient
 
 
 class ChildSpawner:
     """Submits the child runs of completed child nodes on the completion's connection."""
 
-    def __init__(self, client: WorkerClient, steps: Mapping[str, Step[Any, Any]]) -> None:
-        self._client = client
+    def __init__(self, parts: Parts, steps: Mapping[str, Step[Any, Any]]) -> None:
+        self._inserter = Inserter(parts)
+        self._payload_limit = parts.settings.payload_limit
         self._children = {
             name: cast("Workflow[Any]", step.workflow)
             for name, step in steps.items()
@@ -65,7 +65,7 @@ class ChildSpawner:
         # retry of the run, gets a new task.
         key = f"{claimed.run_id}:{claimed.node}:{claimed.id}"
         parent = (claimed.run_id, claimed.node)
-        return workflow.plan(self._client.payload_limit, key, value, {}, parent)
+        return workflow.plan(self._payload_limit, key, value, {}, parent)
 
     async def __call__(
         self, conn: db.Conn, outcomes: Sequence[Completed]
@@ -75,7 +75,7 @@ class ChildSpawner:
         others one by one; the queues to wake once the transaction commits, and the runs."""
         wakeups = Wakeups()
         tracked = TrackedConnection(conn, wakeups)
-        target = target_for(self._client, tracked)
+        target = self._inserter.target(tracked)
         plain: list[SubmitPlan] = []
         runs = []
         for o in outcomes:

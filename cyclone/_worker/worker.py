@@ -40,6 +40,7 @@ from cyclone._worker.completer import Completer
 from cyclone._worker.executor import Executor
 from cyclone._worker.leases import LeaseKeeper
 from cyclone._worker.outcomes import Claiming
+from cyclone._worker.ports import WorkerClient, insert_parts
 from cyclone._worker.presence import DEFAULT_GRACE, PROBE_INTERVAL, Presence
 from cyclone._worker.producer import Producer
 from cyclone._worker.scheduler import Scheduler
@@ -50,7 +51,6 @@ from cyclone._worker.spawn import ChildSpawner
 if TYPE_CHECKING:
     from cyclone._model.schedules import Schedule
     from cyclone._model.workflows import Workflow
-    from cyclone._worker.ports import WorkerClient
 
 logger = logging.getLogger("cyclone")
 
@@ -112,7 +112,7 @@ class Worker(AsyncResource):
         liveness_grace: float = DEFAULT_GRACE,
     ) -> None:
         self.client = client
-        services = self._services = client._services
+        services = self._services = client.services
         self.wait_for_schema = bool(wait_for_schema)
         self._steps: dict[str, Step[Any, Any]] = {}
         self._workflows: dict[str, Workflow[Any]] = {}
@@ -175,6 +175,7 @@ class Worker(AsyncResource):
             interval=self.heartbeat,
             present=self._presence.present,
         )
+        parts = insert_parts(client)  # for scheduled runs and child runs
         self._completer = Completer(
             services.database,
             services.publisher,
@@ -183,7 +184,7 @@ class Worker(AsyncResource):
                 for n in self._queues.values()
             ),
             on_written=self._room_made,
-            spawn=ChildSpawner(client, self._steps) or None,
+            spawn=ChildSpawner(parts, self._steps) or None,
         )
         executor = Executor(
             self._steps,
@@ -193,7 +194,7 @@ class Worker(AsyncResource):
             leases=self._leases,
             output_limit=client.output_limit,
             observers=services.observers,
-            new_context=client._new_context,
+            new_context=services.new_context,
         )
         claiming = Claiming(
             self.id,
@@ -226,7 +227,12 @@ class Worker(AsyncResource):
         # Schedules (cyclone/_worker/scheduler.py): declared ones, dynamic ones of what this serves,
         # and the timer that also fires run deadlines and wait timeouts on time.
         self._scheduler = Scheduler(
-            client, schedules, kinds=self._steps, workflows=self._workflows, worker_id=self.id
+            services,
+            parts,
+            schedules,
+            kinds=self._steps,
+            workflows=self._workflows,
+            worker_id=self.id,
         )
 
     def _add_step(self, s: Step[Any, Any]) -> None:
@@ -330,7 +336,7 @@ class Worker(AsyncResource):
             await self._leases.idle.wait()
             async with self._services.database.acquire() as conn:
                 if not await db.task_pending_work(
-                    conn, self.client._queries, self._kinds, self._workflow_names
+                    conn, self._services.database.queries, self._kinds, self._workflow_names
                 ):
                     return
             for producer in self._producers.values():

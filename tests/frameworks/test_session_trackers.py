@@ -92,7 +92,7 @@ async def test_the_docs_sequence_wakes_a_worker_long_before_its_poll(
         "send_receipt": send_receipt,
     }
     async with fast_worker(client, steps=[send_receipt], poll_interval=30) as worker:
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         producer = worker._producers["receipts"]
         await settled(producer)
         await run_block(first, ns)

@@ -196,7 +196,7 @@ async def test_enqueue_many_is_one_statement(cyclone_env: CycloneEnv) -> None:
 async def test_worker_and_client_survive_dropped_connections(cyclone_env: CycloneEnv) -> None:
     client = cyclone_env.client
     async with fast_worker(client, steps=[echo]):
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         first = await echo.enqueue(client, 1)
         assert await first.result(timeout=30) == 1
         # Drop every other session, as a failover or a restarted proxy would.
@@ -218,7 +218,7 @@ async def test_worker_and_client_survive_dropped_connections(cyclone_env: Cyclon
                     # A pooled connection that died fails its next statement, once.
                     await asyncio.sleep(0.05)
         assert await second.result(timeout=60) == 2
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 60)  # it reconnected
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 60)  # it reconnected
 
 
 async def test_unique_enqueue_needs_no_transaction(cyclone_env: CycloneEnv) -> None:

@@ -64,7 +64,7 @@ async def running(env: CycloneEnv, statement: str) -> list[int]:
 
 
 async def test_a_held_connection_serves_use_after_use(env: CycloneEnv) -> None:
-    held = Held(env.client._services.database, hold=LONG)
+    held = Held(env.client.services.database, hold=LONG)
     async with held.use() as conn:
         pid = await backend(conn)
     for _ in range(3):
@@ -74,7 +74,7 @@ async def test_a_held_connection_serves_use_after_use(env: CycloneEnv) -> None:
 
 
 async def test_a_connection_whose_backend_died_is_replaced_not_reused(env: CycloneEnv) -> None:
-    held = Held(env.client._services.database, hold=LONG)
+    held = Held(env.client.services.database, hold=LONG)
     async with held.use() as conn:
         pid = await backend(conn)
     await terminate(env, [pid])
@@ -95,7 +95,7 @@ async def test_a_connection_whose_backend_died_is_replaced_not_reused(env: Cyclo
 
 
 async def test_a_use_that_raised_gives_its_connection_back(env: CycloneEnv) -> None:
-    held = Held(env.client._services.database, hold=LONG)
+    held = Held(env.client.services.database, hold=LONG)
     with pytest.raises(asyncpg.PostgresError):
         async with held.use() as conn:
             pid = await backend(conn)
@@ -117,7 +117,7 @@ async def test_nothing_is_held_when_the_pool_has_no_connection_to_spare(env: Cyc
 
 
 async def test_a_connection_held_past_its_time_goes_back_to_the_pool(env: CycloneEnv) -> None:
-    database = env.client._services.database
+    database = env.client.services.database
     held = Held(database, hold=0.05)
     async with held.use() as conn:
         pid = await backend(conn)
@@ -185,7 +185,7 @@ async def test_a_stopped_worker_holds_no_connection(env: CycloneEnv) -> None:
     async with fast_worker(client, steps=[record], queues={"held": 4, "other": 2}) as worker:
         await record.enqueue_many(client, list(range(JOBS)))
         await asyncio.wait_for(worker.drain(), 60)
-    await client._services.database.aclose()  # the releases in flight are done
+    await client.services.database.aclose()  # the releases in flight are done
     assert env.pool.get_idle_size() == env.pool.get_size()
 
 
@@ -205,7 +205,7 @@ async def test_run_ends_announced_one_after_another_keep_their_connection(
     listener = await asyncpg.connect(env.dsn)
     async with asyncpg.create_pool(env.dsn, min_size=2, max_size=4, setup=counted) as pool:
         client = cyclone.Client(pool)
-        publisher = client._services.publisher
+        publisher = client.services.publisher
         await listener.add_listener(publisher.channel, lambda *a: notified.put_nowait(a[3]))
         for _ in range(FLUSHES):
             ended = uuid.uuid4()

@@ -115,7 +115,7 @@ async def test_an_outcome_that_meets_a_serialization_failure_is_written_again(
                 conn, client._queries, db.ClaimRequest("default", [double.name], 1, 30.0, "w", [])
             )
         claimed = Claimed.from_row(row, queue="default", worker="w")
-        completer = Completer(client._services.database, client._services.publisher, bound=10)
+        completer = Completer(client.services.database, client.services.publisher, bound=10)
         completer.start()
         try:
             async with cyclone_env.pool.acquire() as blocker, blocker.transaction():

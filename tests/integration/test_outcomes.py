@@ -56,7 +56,7 @@ async def flaky_claimed(env: CycloneEnv) -> tuple[cyclone.ResultRun[int], Claime
 @contextlib.asynccontextmanager
 async def running_completer(env: CycloneEnv) -> AsyncIterator[Completer]:
     """A completer writing outcomes until the block ends."""
-    completer = Completer(env.client._services.database, env.client._services.publisher, bound=10)
+    completer = Completer(env.client.services.database, env.client.services.publisher, bound=10)
     completer.start()
     try:
         yield completer
@@ -117,7 +117,7 @@ async def test_reclaim_skips_a_task_being_completed(cyclone_env: CycloneEnv) -> 
         assert len(rows) == 1
         # Maintenance runs meanwhile: SKIP LOCKED passes the task by instead of waiting.
         await asyncio.wait_for(
-            maintenance.run_once(cyclone_env.client._services, None, worker_id="m"), 30
+            maintenance.run_once(cyclone_env.client.services, None, worker_id="m"), 30
         )
         await tx.commit()
     info = await run.info()

@@ -355,7 +355,7 @@ async def test_the_coalescing_window_holds_under_steady_publishing(
     once per window: not back to back once the first window has closed."""
     window = 0.2
     client = cyclone.Client(cyclone_env.pool, notify_coalesce=window)
-    publisher = client._services.publisher
+    publisher = client.services.publisher
     loop = asyncio.get_running_loop()
     end = loop.time() + 1.0
     while loop.time() < end:
@@ -373,7 +373,7 @@ async def test_run_ends_of_steady_outcome_writes_share_their_notifies(
 ) -> None:
     """Run ends announced after every batch go out at most once per ENDS_LAG while they keep
     coming (one NOTIFY each, back to back, before): each NOTIFY is a durable commit."""
-    publisher = cyclone_env.client._services.publisher
+    publisher = cyclone_env.client.services.publisher
     ended = Effects(ended={uuid.uuid4()})  # the same payload each time: one per NOTIFY
     loop = asyncio.get_running_loop()
     end = loop.time() + 0.5
@@ -393,7 +393,7 @@ async def test_this_process_gets_its_wakeups_without_waiting_for_them_to_come_ba
     async with queue_wakeups(client) as seen, cyclone_env.pool.acquire() as conn:
         # Sent in a transaction that is still open, the NOTIFY cannot have come back yet.
         async with conn.transaction():
-            await client._services.publisher.send(["q:mail"], conn)
+            await client.services.publisher.send(["q:mail"], conn)
             assert seen.queues == ["mail"]
         # It comes back once committed, and is not dispatched a second time.
         await listener.settle()
@@ -411,7 +411,7 @@ async def test_a_wakeup_whose_notify_failed_lets_the_next_notification_through(
     async with queue_wakeups(client) as seen:
         closed = await asyncpg.connect(cyclone_env.dsn)
         await closed.close()
-        await client._services.publisher.send(["q:sms"], closed)  # logged, not raised
+        await client.services.publisher.send(["q:sms"], closed)  # logged, not raised
         assert seen.queues == ["sms"]
         await cyclone_env.pool.execute("SELECT pg_notify($1, 'q:sms')", client._channel)
         await seen.until(2)
@@ -424,10 +424,10 @@ async def test_a_run_end_reaches_this_processs_waiters_before_its_notify(
     """A run end waiting for company (ENDS_LAG) is dispatched here at once, as the run's
     waiter in the worker's own process needs it; its NOTIFY follows, not dispatched again."""
     client = cyclone_env.client
-    publisher = client._services.publisher
+    publisher = client.services.publisher
     run_id = uuid.uuid4()
     async with queue_wakeups(client):
-        notifier = client._services.notifier
+        notifier = client.services.notifier
         assert notifier is not None
         dispatched: list[str] = []
         unsubscribe = notifier.subscribe_all(dispatched.append)

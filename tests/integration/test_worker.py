@@ -233,7 +233,7 @@ async def test_worker_ignores_kinds_it_does_not_serve(cyclone_env: CycloneEnv) -
 async def test_notification_wakes_the_worker_before_the_poll(cyclone_env: CycloneEnv) -> None:
     client = cyclone_env.client
     async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         run = await double.enqueue(client, 21)
         assert await run.result(timeout=60) == 42
         # The first job may have been found by the claims the worker makes as it starts and
@@ -266,7 +266,7 @@ async def test_a_wakeup_sends_its_claim_without_waiting_for_the_producers_turn(
             return await double.enqueue_tx(client, conn, n)
 
     async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         producer = worker._producers[double.queue]
         await settled(producer)
         run = await quietly(4)
@@ -310,7 +310,7 @@ async def test_a_wakeup_for_work_committed_during_a_claim_claims_again(
 
     client = cyclone_env.client
     async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         producer = worker._producers[double.queue]
         await settled(producer)
         monkeypatch.setattr(db, "task_claim_plain", gated)
@@ -345,7 +345,7 @@ async def test_a_claim_whose_connection_was_cut_is_sent_again_soon(
 
     client = cyclone_env.client
     async with fast_worker(client, steps=[double], poll_interval=3600) as worker:
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         await settled(worker._producers[double.queue])
         monkeypatch.setattr(db, "task_claim_plain", cut_once)
         run = await double.enqueue(client, 7)  # its wakeup's claim fails
@@ -370,7 +370,7 @@ async def test_wakeups_faster_than_the_poll_make_one_claim_each(
     monkeypatch.setattr(db, "task_claim_plain", counted)
     client = cyclone_env.client
     async with fast_worker(client, steps=[double], poll_interval=0.6) as worker:
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         producer = worker._producers[double.queue]
         await settled(producer)
         before = claims
@@ -399,7 +399,7 @@ async def test_handlers_do_not_run_in_the_enqueuers_context(cyclone_env: Cyclone
     client = cyclone_env.client
     contexts_seen.clear()
     async with fast_worker(client, steps=[context_probe], poll_interval=3600):
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 30)
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 30)
         token = request_id.set("request 1")  # after the worker started: the request's own
         try:
             async with cyclone_env.pool.acquire() as conn, client.transaction(conn) as tx:
@@ -417,7 +417,7 @@ async def test_polling_alone_finds_work(cyclone_env: CycloneEnv) -> None:
     run = await double.enqueue(quiet, 4)
     async with fast_worker(quiet, steps=[double], poll_interval=0.2):
         assert await run.result(timeout=30) == 8
-    assert quiet._services.notifier is None  # it never listens
+    assert quiet.services.notifier is None  # it never listens
 
 
 graceful_probe = Probe()

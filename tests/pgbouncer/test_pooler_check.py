@@ -94,7 +94,7 @@ async def test_a_worker_listens_straight_to_postgres(
     client = cyclone.Client(pool, listen_dsn=cyclone_env.dsn)
     # A poll once a minute: only a notification can get the job done within the timeout.
     async with fast_worker(client, steps=[double], poll_interval=60.0):
-        await asyncio.wait_for(client._services.notifier.connected.wait(), 60)
+        await asyncio.wait_for(client.services.notifier.connected.wait(), 60)
         run = await double.enqueue(client, 21)
         assert await run.result(timeout=30) == 42
     await client.aclose()

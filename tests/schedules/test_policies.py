@@ -12,6 +12,7 @@ import pytest
 
 import cyclone
 from cyclone._model.schedules import slot_key
+from cyclone._worker.ports import insert_parts
 from cyclone._worker.scheduler import Scheduler
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import fast_worker
@@ -47,7 +48,8 @@ def every_minute(name: str = "pol.minutely", **options: Any) -> cyclone.Schedule
 
 def scheduler(env: CycloneEnv, *schedules: cyclone.Schedule[Any], **kw: Any) -> Scheduler:
     return Scheduler(
-        env.client,
+        env.client.services,
+        insert_parts(env.client),
         schedules,
         kinds={"pol.job": job, "pol.node": node},
         workflows={"pol.flow": flow},
@@ -194,7 +196,10 @@ async def test_dynamic_schedules_fire_only_where_the_target_is_served(
     info = await cyclone_env.client.schedules.create(
         cyclone.schedule("pol.dyn-job", job, every=MINUTE, input="x")
     )
-    other = Scheduler(cyclone_env.client, [], kinds={}, workflows={}, worker_id="other")
+    client = cyclone_env.client
+    other = Scheduler(
+        client.services, insert_parts(client), [], kinds={}, workflows={}, worker_id="other"
+    )
     assert await other.fire_due(now=info.next_at) == 0
     assert await scheduler(cyclone_env).fire_due(now=info.next_at) == 1
 

@@ -58,7 +58,7 @@ async def test_the_longest_schema_name_keeps_its_channel(cyclone_env: CycloneEnv
     run = await echo.enqueue(client, {"n": 1})
     # A poll a minute: the wakeup on the 63-character channel does it.
     async with cyclone.Worker(client, steps=[echo], poll_interval=60.0):
-        await client._services.notifier.connected.wait()
+        await client.services.notifier.connected.wait()
         assert await run.result(timeout=30) == {"n": 1}
         second = await echo.enqueue(client, {"n": 2})
         assert await second.result(timeout=30) == {"n": 2}

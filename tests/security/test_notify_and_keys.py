@@ -53,7 +53,7 @@ async def test_a_queue_named_like_a_run_payload_does_not_end_that_run(
     client = cyclone_env.client
     run = await notified.enqueue(client, 1)
     forged = f"{RUN_PREFIX}{run.id}"  # a valid queue name: letters, digits, ':' and '-'
-    notifier = client._services.notifier
+    notifier = client.services.notifier
     assert notifier is not None
     woken: list[str] = []
     arrived = asyncio.Event()
@@ -73,7 +73,7 @@ async def test_a_queue_named_like_a_run_payload_does_not_end_that_run(
                 arrived.clear()
                 await arrived.wait()
         assert not ended.is_set()
-        await client._services.publisher.send(run_payloads([run.id]))  # the genuine one does
+        await client.services.publisher.send(run_payloads([run.id]))  # the genuine one does
         await asyncio.wait_for(ended.wait(), 30)
     finally:
         notifier.unwatch_run(run.id, ended)
