@@ -7,9 +7,9 @@ of optional extras) and under ``if TYPE_CHECKING:`` (a name a type checker follo
 dependency a reader follows too).
 
 A private member is an underscore name that is not a dunder. Code may use its own (``self._x``,
-``cls._x``), the clients' parts, which are private to the package (:data:`PACKAGE_PRIVATE`),
-and private modules (``cyclone._storage.queries``); everything else goes through names
-without an underscore. A third-party object's private member that Cyclone cannot do without
+``cls._x``) and private modules (``cyclone._storage.queries``); everything else goes through
+names without an underscore: what a client is made of is its ``services``, which it hands to
+what it builds. A third-party object's private member that Cyclone cannot do without
 is allowed only through :data:`ALLOWED`, each with the reason.
 """
 
@@ -139,12 +139,6 @@ def _private(attr: str) -> bool:
     return attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__"))
 
 
-# Private to the package: what the clients are made of, read by Cyclone's modules and never
-# by users (``client._services``, ``client._queries``, ``client._channel``, the insert path
-# ``client._inserter`` and ``client._new_context``, which makes its handlers' contexts).
-PACKAGE_PRIVATE = {"_services", "_queries", "_channel", "_inserter", "_new_context"}
-
-
 def _reaches() -> list[str]:
     found = []
     for name, tree in MODULES.items():
@@ -152,8 +146,6 @@ def _reaches() -> list[str]:
             if not isinstance(node, ast.Attribute) or not _private(node.attr):
                 continue
             if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
-                continue
-            if node.attr in PACKAGE_PRIVATE:
                 continue
             if (name, ast.unparse(node)) not in ALLOWED:
                 found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
@@ -208,7 +200,8 @@ def _edges(*, typing_too: bool) -> set[tuple[str, str]]:
 def test_every_module_imports_only_from_its_layer_and_below() -> None:
     # What a lower layer needs of a higher one is a protocol of its own: a definition is given
     # a ``cyclone._model.ports.ClientPort``, a handle a ``RunsClient``, a worker a
-    # ``cyclone._worker.ports.WorkerClient``; ``cyclone.Client`` is all of them.
+    # ``cyclone._worker.ports.WorkerClient``; ``cyclone.Client`` is all of them, and each
+    # reads the client's public ``services``.
     upward = {(a, b) for a, b in _edges(typing_too=True) if _layer(b) > _layer(a)}
     assert sorted(upward) == []
 
