@@ -35,20 +35,19 @@ from cyclone._model.handles import (
     RunQuery,
     RunState,
     Throughput,
-    UnservedWork,
     WorkerInfo,
 )
 from cyclone._model.keys import validate_name
 from cyclone._model.options import seconds, validate_int
 from cyclone._model.wakeups import Wakeups
-from cyclone._services import migrator
+from cyclone._services import migrator, stats
 from cyclone._services.bundle import Services
 from cyclone._services.database import Database
 from cyclone._services.explain import explain
 from cyclone._services.notifier import Notifier
 from cyclone._services.observe import Observer, Observers
 from cyclone._services.publisher import Publisher
-from cyclone._services.queues import Queues, flow_fields
+from cyclone._services.queues import Queues
 from cyclone._services.resource import AsyncResource
 from cyclone._services.runs import PURGE_BATCH, Retention, Runs, search_args
 from cyclone._services.schedules import Schedules
@@ -63,7 +62,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cyclone")
 
 
-_THROUGHPUT_MAX_MINUTES = 24 * 60
 _T = TypeVar("_T")
 
 
@@ -294,34 +292,12 @@ class Client(AsyncResource):
 
     async def stats(self) -> list[QueueStats]:
         """Live work per queue, for dashboards and ``cyclone stats``."""
-        async with self.services.database.acquire() as conn:
-            rows = await db.stats_queues(conn, self._queries)
-            unserved = await db.stats_unserved(conn, self._queries)
-            flow = {r["queue"]: r for r in await db.queue_list(conn, self._queries, None)}
-        work: dict[str, list[UnservedWork]] = {}
-        for u in unserved:
-            work.setdefault(u["queue"], []).append(
-                UnservedWork(kind=u["kind"], workflow=u["workflow"], count=u["count"])
-            )
-        stats = [
-            QueueStats(
-                **dict(r),
-                unserved=sum(w.count for w in work.get(r["queue"], ())),
-                unserved_work=work.get(r["queue"], []),
-                **flow_fields(flow.pop(r["queue"], None)),
-            )
-            for r in rows
-        ]
-        # Paused or limited queues without work or workers show too (flow control).
-        idle = [QueueStats(q, 0, 0, 0, 0, 0, None, 0, **flow_fields(f)) for q, f in flow.items()]
-        return sorted(stats + idle, key=lambda s: s.queue)
+        return await stats.queues(self.services.database)
 
     async def workers(self) -> list[WorkerInfo]:
         """The live workers of this schema, newest first (``cyclone stats`` counts them per
         queue; the dashboard lists them)."""
-        async with self.services.database.acquire() as conn:
-            rows = await db.worker_list(conn, self._queries)
-        return [WorkerInfo(**dict(r)) for r in rows]
+        return await stats.workers(self.services.database)
 
     async def explain(self, run: Run | uuid.UUID) -> Explanation:
         """Why ``run`` (a handle or a run id) is not running: one :class:`Reason` per node
@@ -369,14 +345,7 @@ class Client(AsyncResource):
         """Jobs and workflow nodes that ended per queue and minute over the last ``minutes``
         (the current minute included): completed, and failed with their attempts used up.
         Minutes in which a queue finished nothing are left out; sorted by queue, then minute."""
-        window = validate_int(minutes, what="minutes", low=1)
-        if window > _THROUGHPUT_MAX_MINUTES:
-            raise InvalidInputError(
-                f"minutes must be at most {_THROUGHPUT_MAX_MINUTES} (one day), got {window}"
-            )
-        async with self.services.database.acquire() as conn:
-            rows = await db.throughput_minutes(conn, self._queries, window)
-        return [Throughput(**dict(r)) for r in rows]
+        return await stats.throughput(self.services.database, minutes)
 
     @contextlib.asynccontextmanager
     async def watch(self) -> AsyncIterator[asyncio.Event]:
