@@ -4,6 +4,11 @@
 -- few rows) and the running tasks through the lease index (running tasks only, as many as
 -- the workers' slots), as the claim counts them (claim.sql).
 
+-- fragment: bucket_due
+-- When the rate bucket b (rate, per, tokens: bucket_tokens) holds a whole token again;
+-- NULL while it holds one.
+CASE WHEN b.tokens < 1 THEN __now__ + make_interval(secs => (1 - b.tokens) * b.per / b.rate) END
+
 -- name: node_explain(run_id, limit)
 -- Each node of pending run :run_id that is not done (a job's one node, named after its
 -- kind), at most :limit of them in run_nodes' order, and how many there are (open). A map's
@@ -91,14 +96,12 @@ LEFT JOIN LATERAL (  -- claimable now: what the claim would hold it back by
             WHERE /* fragment: running_by_lease */ AND r.queue = c.queue
               AND r.group_key = c.group_key) END AS key_running,
         q.rate AS queue_rate, q.per AS queue_per,
-        (SELECT CASE WHEN b.tokens < 1
-                THEN __now__ + make_interval(secs => (1 - b.tokens) * b.per / b.rate) END
+        (SELECT /* fragment: bucket_due */
          FROM (SELECT rate, per, /* fragment: bucket_tokens */ AS tokens
                FROM __schema__.cyclone_queues WHERE queue = c.queue AND rate IS NOT NULL) b
         ) AS queue_rate_until,
         k.rate AS kind_rate, k.per AS kind_per,
-        (SELECT CASE WHEN b.tokens < 1
-                THEN __now__ + make_interval(secs => (1 - b.tokens) * b.per / b.rate) END
+        (SELECT /* fragment: bucket_due */
          FROM (SELECT rate, per, /* fragment: bucket_tokens */ AS tokens
                FROM __schema__.cyclone_kind_limits WHERE kind = c.kind AND rate IS NOT NULL) b
         ) AS kind_rate_until,
