@@ -25,7 +25,9 @@ import random
 import socket
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
+
+from typing_extensions import TypeVar
 
 from cyclone._model.errors import InvalidInputError, LifecycleError
 from cyclone._model.options import seconds, validate_int, validate_queue
@@ -66,7 +68,11 @@ def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0)
     return delay * random.uniform(0.5, 1.0)
 
 
-class Worker(AsyncResource):
+ClientT = TypeVar("ClientT", bound=WorkerClient, default=WorkerClient)
+"""The client a worker was given: ``cyclone.Worker(client).client`` is typed as that client."""
+
+
+class Worker(AsyncResource, Generic[ClientT]):
     """Runs the handlers of ``steps`` and of every step in ``workflows`` (and in the
     workflows their child nodes submit runs of).
 
@@ -93,7 +99,7 @@ class Worker(AsyncResource):
 
     def __init__(
         self,
-        client: WorkerClient,
+        client: ClientT,
         *,
         steps: Sequence[Step[Any, Any]] = (),
         workflows: Sequence[Workflow[Any]] = (),
@@ -111,7 +117,8 @@ class Worker(AsyncResource):
         schedules: Sequence[Schedule[Any]] = (),
         liveness_grace: float = DEFAULT_GRACE,
     ) -> None:
-        self.client = client
+        self.client: ClientT = client
+        """The client it was given (a :class:`cyclone.Client`)."""
         services = self._services = client.services
         self.wait_for_schema = bool(wait_for_schema)
         self._steps: dict[str, Step[Any, Any]] = {}

@@ -93,3 +93,14 @@ async def runs(client: cyclone.Client, run_id: uuid.UUID) -> None:
     wide: cyclone.ResultRun[int] = cyclone.ResultRun(client, run_id, bool)
     del wide
     (await client.get_run(run_id)).result()  # type: ignore[attr-defined]
+
+
+async def worker_of(client: cyclone.Client) -> None:
+    # A worker's client is typed as the client it was given, whole.
+    worker = cyclone.Worker(client, steps=[charge])
+    assert_type(worker.client, cyclone.Client)
+    assert_type(await worker.client.stats(), list[cyclone.QueueStats])
+
+
+def any_worker(worker: cyclone.Worker) -> None:
+    worker.hurry()  # a bare annotation needs no type argument
