@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from typing_extensions import TypeVar
+
 from cyclone._enqueue.insert import Parts
 from cyclone._enqueue.targets import InsertSettings
 from cyclone._model.ports import ClientPort
@@ -37,6 +39,10 @@ class WorkerClient(ClientPort, Protocol):
     def retention(self) -> Retention | None:
         """Which terminal runs the worker's maintenance deletes."""
         ...
+
+
+ClientT = TypeVar("ClientT", bound=WorkerClient, default=WorkerClient)
+"""The client a worker was given: ``cyclone.Worker(client).client`` is typed as that client."""
 
 
 def insert_parts(client: WorkerClient) -> Parts:

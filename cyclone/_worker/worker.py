@@ -27,8 +27,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic
 
-from typing_extensions import TypeVar
-
 from cyclone._model.errors import InvalidInputError, LifecycleError
 from cyclone._model.options import seconds, validate_int, validate_queue
 from cyclone._model.steps import Step
@@ -42,7 +40,7 @@ from cyclone._worker.completer import Completer
 from cyclone._worker.executor import Executor
 from cyclone._worker.leases import LeaseKeeper
 from cyclone._worker.outcomes import Claiming
-from cyclone._worker.ports import WorkerClient, insert_parts
+from cyclone._worker.ports import ClientT, insert_parts
 from cyclone._worker.presence import DEFAULT_GRACE, PROBE_INTERVAL, Presence
 from cyclone._worker.producer import Producer
 from cyclone._worker.scheduler import Scheduler
@@ -66,10 +64,6 @@ def exponential_backoff(attempt: int, *, base: float = 1.0, cap: float = 3600.0)
     """Seconds before retrying after failed attempt ``attempt``: doubling, capped, jittered."""
     delay: float = min(cap, base * 2 ** (attempt - 1))
     return delay * random.uniform(0.5, 1.0)
-
-
-ClientT = TypeVar("ClientT", bound=WorkerClient, default=WorkerClient)
-"""The client a worker was given: ``cyclone.Worker(client).client`` is typed as that client."""
 
 
 class Worker(AsyncResource, Generic[ClientT]):
