@@ -128,7 +128,7 @@ _ENDED = (R.COMPLETED, R.FAILED, R.CANCELLED)
 _LIVE_TASK = (T.AVAILABLE, T.RUNNING, T.FAILED)
 _ENQUEUE = "job_insert_many"
 _UNIQUE = "job_insert_unique"
-_SUBMIT = "workflow_insert child_insert_many"
+_SUBMIT = "workflow_insert workflow_insert_static child_insert_many"
 _SUBMITTERS = "submit, completer (child runs)"
 _FENCED = "the task is still running under the attempt's claim count"
 

@@ -119,8 +119,12 @@ async def workflow_insert(
         "edge_children": edge_children,
         "trace": trace,
     }
-    # A workflow without map nodes, joins or branches: no node spec, no edge condition.
-    node_specs, edge_conds = shape or ([None] * len(node_names), [None] * len(edge_parents))
+    if shape is None:  # no map nodes, joins or branches: the plainer statement
+        static: uuid.UUID | None = await fetchval(
+            conn, q, "workflow_insert_static", group_key=group, **run
+        )
+        return static
+    node_specs, edge_conds = shape
     inserted: uuid.UUID | None = await fetchval(
         conn,
         q,

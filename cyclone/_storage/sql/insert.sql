@@ -144,6 +144,51 @@ WITH run AS (
 )
 SELECT id FROM run;
 
+-- name: workflow_insert_static(id, name, input, result_node, key, nodes, deadline, priority,
+--     process_at, node_names, node_kinds, node_queues, node_max_attempts, node_deps,
+--     node_wait_timeouts, edge_parents, edge_children, trace, group_key)
+-- needs: 0008
+-- workflow_insert for a workflow without map nodes, joins or branches (every spec and
+-- condition NULL): the same rows, without the columns and the map growing that only those
+-- use, which cost a plain submit a fifth of its time.
+WITH run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace,
+         group_key)
+    VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
+            :deadline, :trace::jsonb, :group_key)
+    /* fragment: submit_key_taken */
+    RETURNING r.id
+), node AS (
+    SELECT * FROM unnest(:node_names::text[], :node_kinds::text[], :node_queues::text[],
+                         :node_max_attempts::int[], :node_deps::int[],
+                         :node_wait_timeouts::float8[])
+        AS n (node, kind, queue, max_attempts, deps, wait_timeout)
+), steps AS (
+    INSERT INTO __schema__.cyclone_steps
+        (run_id, node, kind, queue, priority, max_attempts, state, pending_deps,
+         wait_timeout, wait_until)
+    SELECT run.id, n.node, n.kind, n.queue, :priority, n.max_attempts,
+           CASE WHEN n.deps > 0 THEN 'pending'
+                WHEN n.kind IS NULL THEN 'waiting' ELSE 'queued' END,
+           n.deps, n.wait_timeout,
+           CASE WHEN n.deps = 0 AND n.kind IS NULL
+                THEN __now__ + make_interval(secs => n.wait_timeout) END
+    FROM run, node n
+), edges AS (
+    INSERT INTO __schema__.cyclone_edges (run_id, parent, child)
+    SELECT run.id, e.parent, e.child
+    FROM run, unnest(:edge_parents::text[], :edge_children::text[]) AS e (parent, child)
+), tasks AS (
+    INSERT INTO __schema__.cyclone_tasks
+        (run_id, node, kind, queue, priority, available_at, max_attempts, group_key)
+    SELECT run.id, n.node, n.kind, n.queue, :priority, coalesce(:process_at, __now__),
+           n.max_attempts, coalesce(:group_key, '')
+    FROM run, node n
+    WHERE n.deps = 0 AND n.kind IS NOT NULL
+)
+SELECT id FROM run;
+
 -- name: workflow_find_key(name, key, input)
 -- needs: 0001
 -- submit_once's slow path: the key's run, and whether its input equals this call's as jsonb.
