@@ -139,6 +139,14 @@ async def _unless_stopped(stop: asyncio.Event, work: Awaitable[None]) -> bool:
     help="Seconds a claimed task is this worker's without a heartbeat (every lease / 3).",
 )
 @click.option(
+    "--liveness-grace",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds this worker's liveness lock may stay free (its connection cut) before its "
+    "peers release its tasks (docs/operations.md, when a worker dies).",
+)
+@click.option(
     "--claim-batch", type=int, default=100, show_default=True, help="Most tasks a claim takes."
 )
 @click.option(
@@ -169,6 +177,7 @@ def worker(
     poll_interval: float,
     shutdown_timeout: float,
     lease: float,
+    liveness_grace: float,
     claim_batch: int,
     claim_ahead: bool,
     max_connections: int | None,
@@ -181,7 +190,8 @@ def worker(
 
     OBJECT is a step, a workflow, a list of them, or a function (sync or async) that takes
     the client and returns a Worker (configured there: --queues, --poll-interval,
-    --shutdown-timeout, --lease, --claim-batch and --no-claim-ahead do not apply to it).
+    --shutdown-timeout, --lease, --liveness-grace, --claim-batch and --no-claim-ahead do not
+    apply to it).
     MODULE is imported with the current directory first on sys.path. A first signal stops
     gracefully; a second stops at once. --metrics-port serves Prometheus metrics (the
     prometheus extra); --queue-metrics adds the database-wide gauges, to enable in one
@@ -197,6 +207,7 @@ def worker(
             "poll_interval": "--poll-interval",
             "shutdown_timeout": "--shutdown-timeout",
             "lease": "--lease",
+            "liveness_grace": "--liveness-grace",
             "claim_batch": "--claim-batch",
             "claim_ahead": "--no-claim-ahead",
         }
@@ -224,6 +235,7 @@ def worker(
                 poll_interval=poll_interval,
                 shutdown_timeout=shutdown_timeout,
                 lease=lease,
+                liveness_grace=liveness_grace,
                 claim_batch=claim_batch,
                 claim_ahead=claim_ahead,
             )

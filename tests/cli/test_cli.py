@@ -176,6 +176,14 @@ async def test_purge_and_stats(cyclone_env: CycloneEnv) -> None:
         (["worker", "tests.cli.app:WORK", "--lease", "nan"], "lease must be"),
         (["worker", "tests.cli.app:WORK", "--lease", "0"], "lease must be a number of seconds"),
         (["worker", "tests.cli.app:WORK", "--claim-batch", "0"], "claim_batch must be an int"),
+        (
+            ["worker", "tests.cli.app:WORK", "--liveness-grace", "0"],
+            "liveness_grace must be a number of seconds above 0",
+        ),
+        (
+            ["worker", "tests.cli.app:make_worker", "--liveness-grace", "5"],
+            "makes its own Worker; --liveness-grace would be ignored",
+        ),
     ],
 )
 async def test_errors_are_one_line(cyclone_env: CycloneEnv, args: list[str], message: str) -> None:
@@ -209,9 +217,11 @@ async def start_worker(dsn: str, *options: str) -> asyncio.subprocess.Process:
 
 
 async def test_worker_runs_until_a_signal(cyclone_env: CycloneEnv) -> None:
-    async with reaped(await start_worker(cyclone_env.dsn)) as proc:
+    async with reaped(await start_worker(cyclone_env.dsn, "--liveness-grace", "2.5")) as proc:
         run = await echo.enqueue(cyclone_env.client, 41)
         assert await run.result(timeout=60) == 41
+        grace = await cyclone_env.pool.fetchval("SELECT grace FROM public.cyclone_workers")
+        assert grace == 2.5  # what its peers wait before releasing its tasks
         flow = await pipeline.submit(cyclone_env.client, 1)
         assert await flow.wait(timeout=60) is cyclone.RunState.COMPLETED
         proc.send_signal(signal.SIGTERM)
