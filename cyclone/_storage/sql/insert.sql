@@ -73,6 +73,17 @@ WHERE name = :kind AND unique_key = :unique_key AND state = 'pending';
 -- the arbiter is idx_runs_submit_key, whose predicate this must repeat.
 ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
 
+-- fragment: workflow_run
+-- run (id): a workflow run's row, or none when its submit key is taken.
+run AS (
+    INSERT INTO __schema__.cyclone_runs AS r
+        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace,
+         group_key)
+    VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
+            :deadline, :trace::jsonb, :group_key)
+    /* fragment: submit_key_taken */
+    RETURNING r.id
+
 -- name: workflow_insert(id, name, input, result_node, key, nodes, deadline, priority,
 --     process_at, node_names, node_kinds, node_queues, node_max_attempts, node_deps,
 --     node_wait_timeouts, node_specs, edge_parents, edge_children, edge_conds, trace,
@@ -87,14 +98,7 @@ ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
 -- :grow_maps (the input is a non-empty list, within the bounds the submit checked) a root
 -- map node over the input grows its items here, as map_expand would; without, it waits for
 -- the caller's map_expand in the same transaction.
-WITH run AS (
-    INSERT INTO __schema__.cyclone_runs AS r
-        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace,
-         group_key)
-    VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
-            :deadline, :trace::jsonb, :group_key)
-    /* fragment: submit_key_taken */
-    RETURNING r.id
+WITH /* fragment: workflow_run */
 ), node AS (
     SELECT n.node, n.kind, n.queue, n.max_attempts, n.deps, n.wait_timeout,
            n.spec::jsonb AS spec,
@@ -151,14 +155,7 @@ SELECT id FROM run;
 -- workflow_insert for a workflow without map nodes, joins or branches (every spec and
 -- condition NULL): the same rows, without the columns and the map growing that only those
 -- use, which cost a plain submit a fifth of its time.
-WITH run AS (
-    INSERT INTO __schema__.cyclone_runs AS r
-        (id, name, job, input, result_node, key, nodes, remaining, priority, deadline, trace,
-         group_key)
-    VALUES (:id, :name, false, :input::jsonb, :result_node, :key, :nodes, :nodes, :priority,
-            :deadline, :trace::jsonb, :group_key)
-    /* fragment: submit_key_taken */
-    RETURNING r.id
+WITH /* fragment: workflow_run */
 ), node AS (
     SELECT * FROM unnest(:node_names::text[], :node_kinds::text[], :node_queues::text[],
                          :node_max_attempts::int[], :node_deps::int[],
