@@ -10,7 +10,7 @@ A free lock is not yet a death: a connection that was cut, or a server that term
 frees the lock of a worker that lives. So a worker is taken for dead when its lock
 
 - has stayed free past its grace (``liveness_grace``, 1 s by default), counted from the
-  first time a peer saw it free (peers look once a second, and again when a grace ends),
+  first time a peer saw it free (peers look twice a second, and again when a grace ends),
   with no sign of life from the worker meanwhile; or
 - is free and a peer on the same machine (same boot, same pid namespace) finds its process
   gone (a peer elsewhere cannot tell, and waits out the grace).
@@ -58,7 +58,7 @@ from cyclone._storage import queries as db
 logger = logging.getLogger("cyclone")
 
 PRESENCE_BEATS = 3  # a row lives this many heartbeats past its last one
-PROBE_INTERVAL = 1.0
+PROBE_INTERVAL = 0.5
 """Seconds between two looks of a worker for peers whose liveness lock is free."""
 DEFAULT_GRACE = 1.0
 """Seconds a worker's lock may stay free before its peers take it for dead."""
