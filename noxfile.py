@@ -58,5 +58,5 @@ def chaos(session: nox.Session) -> None:
     exact ledger. Durations from CHAOS_* environment variables (see tests/chaos)."""
     session.install("-e", ".[test]")
     session.run(
-        "pytest", "tests/chaos", "--reruns", "1", "--only-rerun", "RecoveryMissed", *session.posargs
+        "pytest", "tests/chaos", "--reruns", "2", "--only-rerun", "RecoveryMissed", *session.posargs
     )

@@ -51,8 +51,8 @@ KILL_CATCHUP = 2.0
 class RecoveryMissed(Exception):
     """The scenario kept every guarantee but recovered more slowly than the target (or, in
     a connection fault, kept less than half its throughput). A timing on a shared 2-core
-    machine: the suite runs such a scenario once more (``--reruns 1 --only-rerun
-    RecoveryMissed``), and a second miss fails it. A lost or duplicated run, or a false
+    machine: the suite runs such a scenario again, up to twice (``--reruns 2 --only-rerun
+    RecoveryMissed``), and fails it if every try misses. A lost or duplicated run, or a false
     death, fails at once."""
 
 
