@@ -143,6 +143,8 @@ class _Pass:
             self.effects.merge(more)
             if not owned:  # renewed or handled meanwhile
                 continue
+            # Released as well, though into a failure: counted with the others.
+            self.services.observers.released("worker_lost" if lost else "lease_expired", 1)
             logger.error(
                 "%s: %s; no attempts left, so the run fails",
                 _attempt(row),

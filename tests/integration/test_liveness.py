@@ -132,6 +132,21 @@ async def test_a_worker_takes_its_lock_again_and_claims_again(cyclone_env: Cyclo
     assert (await run.info()).nodes[0].errors == [] and CANCELLED == []
 
 
+class Rescues(cyclone.Observer):
+    """Records the releases this process's workers made, and which of its workers were
+    released for lost while alive."""
+
+    def __init__(self) -> None:
+        self.releases: list[tuple[str, int]] = []
+        self.alive: list[str] = []
+
+    def released(self, reason: str, count: int) -> None:
+        self.releases.append((reason, count))
+
+    def rescued_alive(self, worker: str) -> None:
+        self.alive.append(worker)
+
+
 async def test_a_dead_process_of_this_machine_is_released_at_once(
     cyclone_env: CycloneEnv,
 ) -> None:
@@ -143,8 +158,11 @@ async def test_a_dead_process_of_this_machine_is_released_at_once(
     await dead_worker_running(
         cyclone_env, run, "dead-here", 44, pid=gone.pid, machine=machine_identity(), grace=3600
     )
+    rescues = Rescues()
+    cyclone_env.client.observe(rescues)
     async with fast_worker(cyclone_env.client, steps=[hold]) as peer:
         assert await run.result(timeout=30) == 9
+    assert rescues.releases == [("worker_lost", 1)]  # counted by reason
     [error] = (await run.info()).nodes[0].errors
     assert error["type"] == "WorkerLost" and error["reason"] == "worker_lost"
     assert error["worker"] == "dead-here" and error["pid"] == gone.pid
@@ -296,16 +314,6 @@ class Cable:
         self._links -= {writer, up_writer}
 
 
-class Rescues(cyclone.Observer):
-    """Records which workers of this process were released for lost while alive."""
-
-    def __init__(self) -> None:
-        self.alive: list[str] = []
-
-    def rescued_alive(self, worker: str) -> None:
-        self.alive.append(worker)
-
-
 async def test_a_worker_without_a_session_says_it_lives_through_its_pool(
     cyclone_env: CycloneEnv,
 ) -> None:
@@ -354,3 +362,20 @@ async def test_a_worker_cut_off_past_its_grace_learns_it_was_released(
     assert probe.calls == [1, 2] and CANCELLED == [1]
     [error] = (await run.info()).nodes[0].errors
     assert error["released_by"] == peer.id and error["worker"] == cut.id
+
+
+async def test_a_lost_workers_last_attempt_fails_and_is_counted(cyclone_env: CycloneEnv) -> None:
+    """On its last attempt, a dead worker's task fails its run instead of going back, and
+    the release is counted all the same."""
+    run = await hold.enqueue(cyclone_env.client, 13)
+    await dead_worker_running(cyclone_env, run, "dead-last", 48)
+    await cyclone_env.pool.execute(
+        "UPDATE public.cyclone_tasks SET max_attempts = 1 WHERE run_id = $1", run.id
+    )
+    rescues = Rescues()
+    cyclone_env.client.observe(rescues)
+    async with fast_worker(cyclone_env.client, steps=[hold]):
+        assert await run.wait(timeout=30) is cyclone.RunState.FAILED
+    assert rescues.releases == [("worker_lost", 1)]
+    [error] = (await run.info()).nodes[0].errors
+    assert error["type"] == "WorkerLost" and error["worker"] == "dead-last"
