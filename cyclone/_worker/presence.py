@@ -336,5 +336,7 @@ def _grace_left(row: db.Record) -> float:
     grace, since, now = row["grace"], row["lock_free_since"], row["now"]
     if grace is None:  # a release that keeps no grace
         return 0.0
+    if since is None:  # retaken as this look marked it (the mark was skipped): not lost yet
+        return float(grace)
     left: dt.timedelta = since + dt.timedelta(seconds=grace) - now
     return left.total_seconds()
