@@ -11,6 +11,13 @@ family of commands to ``main`` when imported: ``_worker`` (dev-db, migrate, work
 ``_runs`` (runs, purge), ``_queues`` (stats, queues), ``_schedules``, ``_dashboard``.
 """
 
+try:
+    import click  # noqa: F401
+    import rich  # noqa: F401
+except ImportError as exc:
+    # One line on stderr and status 1, never a traceback, from the console script too.
+    raise SystemExit("the cyclone command needs its extra: pip install 'cyclone-pg[cli]'") from exc
+
 # Imported for the commands each adds to main.
 from cyclone.cli import _dashboard, _queues, _runs, _schedules, _worker  # noqa: F401
 from cyclone.cli._common import main

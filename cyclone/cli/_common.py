@@ -14,15 +14,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-try:
-    import click
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-except ImportError as exc:  # pragma: no cover - depends on the install
-    raise SystemExit("the cyclone command needs its extra: pip install 'cyclone-pg[cli]'") from exc
-
 import asyncpg
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from cyclone._client import Client
 from cyclone._model.errors import CycloneError

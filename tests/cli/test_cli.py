@@ -6,7 +6,9 @@ import asyncio
 import datetime as dt
 import importlib.metadata
 import json
+import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -71,6 +73,21 @@ async def test_version() -> None:
     assert cyclone.__version__ == expected
     code, out, err = await cli("--version")
     assert (code, out.strip()) == (0, f"cyclone-pg {expected}"), err
+
+
+async def test_help_without_the_cli_extra_is_one_line(tmp_path: Path) -> None:
+    # click shadowed by a package that is missing, as on an install without the extra.
+    (tmp_path / "click").mkdir()
+    (tmp_path / "click" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'click'\", name='click')\n"
+    )
+    env = environment(None)
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    code, out, err = await cli("--help", env=env)
+    assert (code, out) == (1, "")
+    assert err.strip().splitlines() == [
+        "the cyclone command needs its extra: pip install 'cyclone-pg[cli]'"
+    ]
 
 
 async def test_runs_ls_show_cancel_retry(cyclone_env: CycloneEnv) -> None:
