@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import asyncpg
 import click
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from cyclone._client import Client
@@ -113,9 +113,34 @@ def parse_run_id(text: str) -> uuid.UUID:
         raise Failure(f"{text!r} is not a run id") from None
 
 
-def add_row(table: Table, *cells: str) -> None:
-    # Run data is not rich markup: "[x]" in an error message must print as it is.
-    table.add_row(*(Text(cell) for cell in cells))
+class Listing:
+    """Rows of a listing: a table on a terminal; piped, tab-separated lines of whole values
+    under a header line, for ``cut``, ``grep`` and ``awk``."""
+
+    def __init__(self, *columns: str | Column) -> None:
+        self._columns = columns
+        self._rows: list[tuple[str, ...]] = []
+
+    def add(self, *cells: str) -> None:
+        """Add a row, a cell per column."""
+        self._rows.append(cells)
+
+    def print(self) -> None:
+        """Print the rows: a table on a terminal, tab-separated lines otherwise."""
+        if not sys.stdout.isatty():
+            header = tuple(c if isinstance(c, str) else str(c.header) for c in self._columns)
+            for row in (header, *self._rows):
+                click.echo("\t".join(_one_field(cell) for cell in row))
+            return
+        table = Table(*self._columns)
+        for row in self._rows:
+            # Run data is not rich markup: "[x]" in an error message must print as it is.
+            table.add_row(*(Text(cell) for cell in row))
+        console.print(table)
+
+
+def _one_field(cell: str) -> str:
+    return cell.replace("\t", " ").replace("\n", " ")
 
 
 def print_json(value: Any) -> None:

@@ -8,15 +8,13 @@ from dataclasses import asdict
 from typing import Any, TypeVar
 
 import click
-from rich.table import Table
 
 from cyclone._client import Client
 from cyclone._model.errors import UnknownQueueError
 from cyclone.cli._common import (
     Failure,
-    add_row,
+    Listing,
     command,
-    console,
     main,
     print_json,
     subgroup,
@@ -63,7 +61,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json([asdict(r) for r in rows])
         return
-    table = Table(
+    listing = Listing(
         "queue",
         "available",
         "scheduled",
@@ -83,8 +81,8 @@ def stats(ctx: click.Context, as_json: bool) -> None:
             r.paused, r.concurrency_limit, r.rate_limit, r.key_concurrency_limit, r.key_rate_limit
         )
         served = (str(r.completed_last_minute), str(r.workers), str(r.unserved))
-        add_row(table, r.queue, *map(str, counts), oldest, *served, flow)
-    console.print(table)
+        listing.add(r.queue, *map(str, counts), oldest, *served, flow)
+    listing.print()
 
 
 def _known(ctx: click.Context, use: Callable[[Client], Awaitable[T]], *, can_create: bool) -> T:
@@ -131,15 +129,15 @@ def queues_ls(ctx: click.Context, as_json: bool) -> None:
             }
         )
         return
-    table = Table("queue or kind", "flow control")
+    listing = Listing("queue or kind", "flow control")
     for s in settings:
         lim = s.limits
         rate, key_rate = _pair(lim.rate, lim.per), _pair(lim.key_rate, lim.key_per)
         text = _flow_text(s.paused, lim.concurrency, rate, lim.key_concurrency, key_rate)
-        add_row(table, s.queue, text)
+        listing.add(s.queue, text)
     for kind, k in kinds.items():
-        add_row(table, f"kind {kind}", _flow_text(False, k.concurrency, _pair(k.rate, k.per), None))
-    console.print(table)
+        listing.add(f"kind {kind}", _flow_text(False, k.concurrency, _pair(k.rate, k.per), None))
+    listing.print()
 
 
 @command(queues, "pause")

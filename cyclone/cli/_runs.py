@@ -10,14 +10,14 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Column, Table
+from rich.table import Column
 
 from cyclone._client import Client
 from cyclone._model.explain import Explanation
 from cyclone._model.handles import RunInfo, RunQuery, RunState, items_done, released
 from cyclone.cli._common import (
     Failure,
-    add_row,
+    Listing,
     command,
     console,
     main,
@@ -71,10 +71,10 @@ def runs_ls(
     if as_json:
         print_json({"runs": [_info_dict(r) for r in page.runs], "next_cursor": page.next_cursor})
         return
-    table = Table(Column("id", no_wrap=True, min_width=36), "name", "state", "key", "created")
+    listing = Listing(Column("id", no_wrap=True, min_width=36), "name", "state", "key", "created")
     for r in page.runs:
-        add_row(table, str(r.id), r.name, r.state.value, r.key or "", f"{r.created_at:%F %T}")
-    console.print(table)
+        listing.add(str(r.id), r.name, r.state.value, r.key or "", f"{r.created_at:%F %T}")
+    listing.print()
     if page.next_cursor:
         console.print(f"next page: --cursor {page.next_cursor}", markup=False)
 
@@ -123,18 +123,17 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         console.print(f"{label}: {text}", markup=False, highlight=False)
     if info.error:
         console.print(f"error: {info.error.get('type')}: {info.error.get('message')}", markup=False)
-    table = Table("node", "kind", "state", "attempts", "last error")
+    listing = Listing("node", "kind", "state", "attempts", "last error")
     for n in info.nodes:
         last = n.errors[-1] if n.errors else None
-        add_row(
-            table,
+        listing.add(
             n.name,
             n.kind or "(wait)",
             n.state,
             str(n.attempts),
             f"{last['type']}: {last['message']}" if last else "",
         )
-    console.print(table)
+    listing.print()
     for n in info.nodes:
         for error in n.errors:
             if (evidence := released(error)) is not None:

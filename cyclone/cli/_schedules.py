@@ -6,10 +6,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 
 import click
-from rich.table import Table
 
 from cyclone._client import Client
-from cyclone.cli._common import add_row, command, console, print_json, subgroup, with_client
+from cyclone.cli._common import Listing, command, print_json, subgroup, with_client
 
 
 @subgroup
@@ -25,7 +24,7 @@ def schedules_ls(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json([asdict(r) for r in rows])
         return
-    table = Table("name", "when", "target", "state", "next slot", "last run")
+    listing = Listing("name", "when", "target", "state", "next slot", "last run")
     for r in rows:
         when = f"cron {r.cron!r} {r.tz}" if r.cron is not None else f"every {r.every}"
         state = "paused" if r.paused else "active"
@@ -33,8 +32,8 @@ def schedules_ls(ctx: click.Context, as_json: bool) -> None:
             state += " (undeclared)"  # no running worker declares it: nobody fires it
         origin = "dynamic" if r.dynamic else "declared"
         last = "" if r.last_run_id is None else str(r.last_run_id)
-        add_row(table, r.name, when, r.target, f"{state}, {origin}", f"{r.next_at:%F %T%z}", last)
-    console.print(table)
+        listing.add(r.name, when, r.target, f"{state}, {origin}", f"{r.next_at:%F %T%z}", last)
+    listing.print()
 
 
 def _change_command(

@@ -100,10 +100,14 @@ async def test_show_leaves_out_an_absent_key(cyclone_env: CycloneEnv) -> None:
 async def test_tables_are_not_cut_when_piped(cyclone_env: CycloneEnv) -> None:
     key = "order-" + "x" * 120
     run, _ = await pipeline.submit_once(cyclone_env.client, key, 1)
-    code, out, err = await cli("runs", "ls", dsn=cyclone_env.dsn)
+    # A shell's COLUMNS reaches a pipe too: values are whole all the same, a field each.
+    env = environment(cyclone_env.dsn) | {"COLUMNS": "40"}
+    code, out, err = await cli("runs", "ls", env=env)
     assert code == 0, err
-    [row] = [line for line in out.splitlines() if str(run.id) in line]
-    assert key in row and "cli.pipeline" in row
+    header, *rows = out.splitlines()
+    assert header.split("\t") == ["id", "name", "state", "key", "created"]
+    [row] = [line.split("\t") for line in rows if str(run.id) in line]
+    assert row[:4] == [str(run.id), "cli.pipeline", "pending", key]
 
 
 async def test_dev_db_uses_the_database_url(cyclone_env: CycloneEnv) -> None:
