@@ -119,3 +119,21 @@ def test_install_lines_name_the_distribution() -> None:
 )
 def test_wrong_distribution_pattern(line: str, wrong: bool) -> None:
     assert bool(WRONG_DISTRIBUTION.search(line)) is wrong
+
+
+_DEATH = re.compile(r"\b(dies|died|dead|killed)\b")
+_LEASE_WAIT = re.compile(r"leases? (runs? out|ran out|expires?|expired)")
+
+
+def test_no_page_says_a_dead_workers_tasks_wait_out_a_lease() -> None:
+    """A dead worker's tasks are released when a peer sees its liveness lock free (about a
+    second); only a worker that hangs or is cut off waits out its lease."""
+    wrong = []
+    for page in DOC_PAGES:
+        # Paragraphs, table rows and list items, then their sentences.
+        parts = re.split(r"\n\s*\n|\n(?=\||- )", page.read_text())
+        sentences = [s for p in parts for s in re.split(r"(?<=[.;])\s", " ".join(p.split()))]
+        for sentence in sentences:
+            if _DEATH.search(sentence) and _LEASE_WAIT.search(sentence):
+                wrong.append(f"{page.name}: {sentence}")
+    assert not wrong, "\n".join(wrong)
