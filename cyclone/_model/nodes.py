@@ -1,19 +1,15 @@
-"""A workflow's nodes (pure): step, wait, map and child nodes, the branches between them,
-and the checks that a definition's nodes, dependencies and settings are sound.
+"""A workflow's nodes (pure): step, wait and child nodes, the branches between them, and
+the checks that a definition's nodes and dependencies are sound (map nodes: ``maps.py``).
 
-A map node is stored as one node with a spec (``{"map": {...}}``); its item nodes, named
-``map[0]``, ``map[1]``..., are written when the run reaches it. A child node's spec is
-``{"child": {...}}``; its attempt runs a :class:`ChildStep`, which submits the child run. A
+A child node's spec is ``{"child": {...}}``; its attempt runs a :class:`ChildStep`, which submits the child run. A
 branch is an edge with a condition: the parent output, as JSON, on which it is taken.
 """
 
 from __future__ import annotations
 
-import collections.abc
-import types
 import typing
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -22,8 +18,7 @@ from cyclone._model.context import HandlerContext
 from cyclone._model.errors import InvalidInputError, UnknownNodeError
 from cyclone._model.keys import validate_name
 from cyclone._model.options import validate_int
-from cyclone._model.settled import Settled
-from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, Kind, Step
+from cyclone._model.steps import Kind, Step
 
 
 class Definition(Protocol):
@@ -118,11 +113,13 @@ def dependencies(
         branch = dep if isinstance(dep, Branch) else None
         node = branch.node if branch is not None else dep
         dep_name = node.name if isinstance(node, Node) else node
-        if (
-            not isinstance(dep_name, str)
-            or dep_name not in nodes
-            or (isinstance(node, Node) and nodes[dep_name] is not node)
-        ):
+        if isinstance(node, Node) and nodes.get(node.name) is not node:
+            raise UnknownNodeError(
+                f"node {node.name!r} in after= is not a node of workflow {workflow!r}: give "
+                "a node that this workflow's node(), map(), wait() or child() returned",
+                node.name,
+            )
+        if not isinstance(dep_name, str) or dep_name not in nodes:
             raise UnknownNodeError(
                 f"workflow {workflow!r} has no node {dep_name!r} (define it before use)",
                 str(dep_name),
@@ -177,121 +174,13 @@ def join_spec(join: object, deps: Sequence[str]) -> dict[str, Any] | None:
     raise InvalidInputError(f'join= must be "all" or "any", not {join!r}')
 
 
-@dataclass(frozen=True, slots=True)
-class MapSettings:
-    """A map node's settings as ``wf.map`` takes them."""
-
-    max_parallel: int | None
-    settle: bool
-    max_items: int
-
-
-def map_node(
-    where: tuple[str, Mapping[str, Node[Any]], Any],
-    step: Kind[Any, Any] | Definition,
-    over: Node[Any] | None,
-    name: str | None,
-    after: Sequence[Node[Any] | Branch | str],
-    join: Join,
-    settings: MapSettings,
-) -> Node[Any]:
-    """The map node running ``step`` once per item of ``over``'s output (or, without
-    ``over``, of the workflow input), checked; a workflow as ``step`` makes each item a
-    child run of it. ``where`` is the workflow's name, its nodes so far and its input
-    type."""
-    workflow, nodes, source = where
-    child = None
-    if not isinstance(step, Kind):
-        child = _child_workflow(step, workflow, "wf.map(...) takes a step, a kind or")
-        if not hasattr(child, "output_type"):
-            raise InvalidInputError(
-                f"wf.map(...) over workflow {child.name!r} collects its runs' results, and "
-                "it has none: define it with cyclone.define_result(...)"
-            )
-        step = ChildStep.of(child)
-    name = name or (step.name if child is None else child.name)
-    runs = f"step {step.name!r}" if child is None else f"workflow {child.name!r}"
-    if over is None:
-        what = f"the workflow input of {workflow!r}"
-    elif isinstance(over, Node):
-        source, what = over.output_type, f"the output of node {over.name!r}"
-    else:
-        raise InvalidInputError(
-            f"map node {name!r}: over= must be a node of workflow {workflow!r}, whose "
-            f"output is the list to map over, not {over!r}"
-        )
-    element = _element_type(source)
-    if element is None or not accepts(step.input_type, element):
-        raise InvalidInputError(
-            f"map node {name!r} runs {runs} once per item of {what}, which is "
-            f"{codec.type_name(source)}: it must be a list of "
-            f"{codec.type_name(step.input_type)}"
-        )
-    max_parallel, settle, max_items = settings.max_parallel, settings.settle, settings.max_items
-    if max_parallel is not None and (
-        not isinstance(max_parallel, int) or isinstance(max_parallel, bool) or max_parallel < 1
-    ):
-        raise InvalidInputError(
-            f"max_parallel= must be a positive int or None, not {max_parallel!r}"
-        )
-    if not isinstance(max_items, int) or isinstance(max_items, bool) or max_items < 0:
-        raise InvalidInputError(f"max_items= must be an int of at least 0, not {max_items!r}")
-    if not isinstance(settle, bool):
-        raise InvalidInputError(f"settle= must be True or False, not {settle!r}")
-    if over is not None and over not in after and over.name not in after:
-        after = [*after, over]
-    deps, conds = dependencies(workflow, nodes, after)
-    spec: dict[str, Any] = dict(join_spec(join, deps) or {})
-    spec["map"] = {
-        "over": None if over is None else over.name,
-        "max_parallel": max_parallel,
-        "settle": settle,
-        "max_items": max_items,
-    }
-    out = step.output_type if child is None else typing.cast(Any, child).output_type
-    if child is not None:  # each item a child run, with a child node's attempt budget
-        spec["child"] = {"workflow": child.name, "max_attempts": DEFAULT_MAX_ATTEMPTS}
-    item_type = typing.cast(Any, Settled)[out] if settle else out
-    output_type = types.GenericAlias(list, (item_type,))
-    return Node(name, step, deps, None, output_type=output_type, spec=spec, conds=conds)
-
-
-def check_items(workflow: str, nodes: Iterable[Node[Any]], input: object) -> None:
-    """Refuse, before anything is written, an input that a map node over the workflow
-    input would find too long."""
-    for n in nodes:
-        spec = n.spec["map"] if n.is_map and n.spec else None
-        if spec is None or spec["over"] is not None:
-            continue
-        count = len(input) if isinstance(input, Sequence) else 0
-        if count > spec["max_items"]:
-            raise InvalidInputError(
-                f"map node {n.name!r} of workflow {workflow!r} would run over the "
-                f"{count} items of the input, over its max_items of {spec['max_items']}: "
-                "raise max_items= or split the list"
-            )
-
-
 def accepts(wanted: Any, given: Any) -> bool:
     """Whether a value of type ``given`` is one of type ``wanted``, as far as a definition
     can tell (the worker's decode checks the rest)."""
-    wanted, given = _bare(wanted), _bare(given)
+    wanted, given = bare(wanted), bare(given)
     if wanted is Any or wanted is object or wanted == given:
         return True
     return isinstance(wanted, type) and isinstance(given, type) and issubclass(given, wanted)
-
-
-def _element_type(tp: Any) -> Any:
-    """The element type of a list type (``Any`` for ``Any``), or None if ``tp`` is no list."""
-    tp = _bare(tp)
-    if tp is Any or tp is object:
-        return Any
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (list, tuple, Sequence, collections.abc.Sequence) or tp in (list, tuple):
-        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-            return None  # a fixed-length tuple's items have types of their own
-        return args[0] if args else Any
-    return None
 
 
 def _is_item_name(name: str, map_node: str) -> bool:
@@ -300,7 +189,7 @@ def _is_item_name(name: str, map_node: str) -> bool:
     return rest != name and rest.startswith("[") and rest.endswith("]") and rest[1:-1].isdigit()
 
 
-def _bare(tp: Any) -> Any:
+def bare(tp: Any) -> Any:
     """``tp`` without its ``Annotated`` constraints, which the worker checks on decode."""
     return typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
 
@@ -358,7 +247,7 @@ def child_node(
     """The child node submitting a run of ``workflow``, checked. ``where`` is the parent
     workflow's name, its nodes so far and its input type."""
     parent, nodes, input_type = where
-    workflow = _child_workflow(workflow, parent, "wf.child(...) takes")
+    workflow = child_workflow(workflow, parent, "wf.child(...) takes")
     name = name or workflow.name
     check_input(f"child workflow {workflow.name!r}", workflow.input_type, input_type, input_fn)
     budget = validate_int(max_attempts, what="max_attempts", low=1)
@@ -370,7 +259,7 @@ def child_node(
     return Node(name, step, deps, input_fn, output_type=output_type, spec=spec, conds=conds)
 
 
-def _child_workflow(workflow: object, parent: str, takes: str) -> Definition:
+def child_workflow(workflow: object, parent: str, takes: str) -> Definition:
     """``workflow`` as the workflow of a child or map node of ``parent``, checked."""
     if not hasattr(workflow, "plan") or not hasattr(workflow, "input_type"):
         raise InvalidInputError(

@@ -18,7 +18,8 @@ from cyclone._model import codec
 from cyclone._model.errors import InvalidInputError
 from cyclone._model.handles import ResultRun, Run
 from cyclone._model.keys import validate_key, validate_name
-from cyclone._model.nodes import Node, check_items
+from cyclone._model.maps import check_items
+from cyclone._model.nodes import Node
 from cyclone._model.options import SubmitOptions, check_options
 from cyclone._model.plans import Layout, SubmitPlan
 from cyclone._model.steps import Step

@@ -17,19 +17,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast, overload
 
 from cyclone._model.errors import InvalidInputError
+from cyclone._model.maps import MapSettings, map_node
 from cyclone._model.nodes import (
     MAX_ITEMS,
     Branch,
     Definition,
     Join,
-    MapSettings,
     Node,
     check_input,
     check_new,
     child_node,
     dependencies,
     join_spec,
-    map_node,
 )
 from cyclone._model.options import seconds
 from cyclone._model.settled import Settled

@@ -155,7 +155,16 @@ class Executor:
             what = f"failed: {error_type(exc)}: {error_message(exc)}"
         if claimed.attempt < claimed.max_attempts:
             return Retry(claimed, self._backoff(claimed.attempt), error, exc, what)
-        return Failed(claimed, error, exc, what)
+        return Failed(claimed, error, exc, what, settled=self._settled(claimed))
+
+    def _settled(self, claimed: Claimed) -> bool:
+        """Whether ``claimed`` is an item (``map[i]``) of a map node with ``settle=True``,
+        whose failure its map node keeps as a value instead of failing the run."""
+        if claimed.node is None or not claimed.node.endswith("]"):
+            return False
+        workflow = self._workflows.get(claimed.run_name)
+        node = workflow.get_node(claimed.node.rpartition("[")[0]) if workflow else None
+        return node is not None and node.is_map and bool(node.spec and node.spec["map"]["settle"])
 
     def _poisoned(self, claimed: Claimed, exc: Exception) -> Failed:
         """Input stored by an earlier deploy that this code cannot decode: no attempt of it
@@ -169,7 +178,8 @@ class Executor:
         error.__cause__ = exc
         record = error_record(claimed, error)
         what = f"failed: InvalidInputError: {error}"
-        return Failed(claimed, record, error, what, reason="no attempt can decode its input")
+        reason = "no attempt can decode its input"
+        return Failed(claimed, record, error, what, reason, settled=self._settled(claimed))
 
     def _decode(
         self,
@@ -243,7 +253,15 @@ class Executor:
             else:
                 logger.warning("%s %s; not retried: %s", c, outcome.what, _NOT_OWNED, extra=log)
         elif isinstance(outcome, Failed):
-            if accepted:
+            if accepted and outcome.settled:
+                logger.warning(
+                    "%s %s; %s, and its map node settles it, so the run goes on",
+                    c,
+                    outcome.what,
+                    outcome.reason,
+                    extra=log,
+                )
+            elif accepted:
                 logger.error(
                     "%s %s; %s, so the run fails",
                     c,

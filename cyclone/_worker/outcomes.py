@@ -258,6 +258,7 @@ class Failed(Ended):
     exc: BaseException
     what: str
     reason: str = "no attempts left"  # why no further attempt is made, for the log
+    settled: bool = False  # an item of a map that settles its items: its run goes on
 
 
 @dataclass(frozen=True, slots=True)

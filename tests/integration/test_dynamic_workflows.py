@@ -292,3 +292,22 @@ async def test_a_skipped_result_node_leaves_the_run_without_a_result(
         with pytest.raises(cyclone.NoOutputError, match=r"result node dyn\.refund skipped"):
             await run.result(timeout=30)
     assert await run.status() is cyclone.RunState.COMPLETED
+
+
+def test_over_names_what_it_needs() -> None:
+    wf = cyclone.define("dyn.over_checks", int)
+    approval = wf.wait("approval")
+    with pytest.raises(cyclone.InvalidInputError, match="cannot map over wait node 'approval'"):
+        wf.map(square, over=approval, name="each")
+    with pytest.raises(cyclone.InvalidInputError, match="not its name 'approval'"):
+        wf.map(square, over="approval", name="each")  # type: ignore[arg-type]
+    other = cyclone.define("dyn.over_other", int)
+    theirs = other.node(split)
+    with pytest.raises(
+        cyclone.UnknownNodeError, match=r"not a node of workflow 'dyn\.over_checks'"
+    ):
+        wf.map(square, over=theirs, name="each")
+    with pytest.raises(
+        cyclone.UnknownNodeError, match=r"not a node of workflow 'dyn\.over_checks'"
+    ):
+        wf.node(square, after=[theirs], name="after_theirs")

@@ -76,6 +76,24 @@ async def test_a_final_failure_carries_its_traceback(
     assert 'raise ValueError(f"boom {n}")' in logging.Formatter().format(record)
 
 
+settling = cyclone.define("logs.settling", list[int])
+settling.map(flaky, name="each", settle=True)
+
+
+async def test_a_settled_item_says_its_run_goes_on(
+    cyclone_env: CycloneEnv, records: Records
+) -> None:
+    run = await settling.submit(cyclone_env.client, [-4])
+    async with cyclone_env.worker(workflows=[settling], backoff=lambda a: 0):
+        assert await run.wait(timeout=30) is cyclone.RunState.COMPLETED
+    record = await records.first(r"attempt 2/2 .*")
+    assert record.getMessage() == (
+        f"attempt 2/2 of logs.flaky (run {run.id}, node each[0]) failed: ValueError: boom -4; "
+        "no attempts left, and its map node settles it, so the run goes on"
+    )
+    assert record.levelno == logging.WARNING
+
+
 started = asyncio.Event()
 
 
