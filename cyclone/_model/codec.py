@@ -162,6 +162,12 @@ def accepts(value: object, tp: Any) -> bool:
     return True
 
 
+def check(value: object, tp: Any, *, what: str) -> None:
+    """Raise :class:`InvalidInputError` unless ``value`` is a valid ``tp`` (``what`` names it
+    in the message)."""
+    _check_types([value], tp, what)
+
+
 def _check_types(values: Sequence[object], tp: Any, what: str) -> None:
     if tp is type(None) and all(value is None for value in values):
         return  # a handler that returns nothing: the usual output, valid as it is

@@ -125,6 +125,9 @@ class Executor:
         except Snooze as snooze:
             await completion.rollback()
             return Snoozed(claimed, snooze.delay)
+        except _WrongInput as wrong:
+            await completion.rollback()
+            return self._wrong_input(claimed, wrong.error)
         except asyncio.CancelledError:
             await asyncio.shield(completion.rollback())
             reason = self._leases.reason(claimed)
@@ -181,6 +184,14 @@ class Executor:
         reason = "no attempt can decode its input"
         return Failed(claimed, record, error, what, reason, settled=self._settled(claimed))
 
+    def _wrong_input(self, claimed: Claimed, error: InvalidInputError) -> Failed:
+        """A node whose ``input=`` function builds a value its step does not take: every
+        attempt would build it again, so the run fails at once."""
+        record = error_record(claimed, error)
+        what = f"failed: InvalidInputError: {error}"
+        reason = "its input= function builds the same value every attempt"
+        return Failed(claimed, record, error, what, reason, settled=self._settled(claimed))
+
     def _decode(
         self,
         claimed: Claimed,
@@ -214,8 +225,22 @@ class Executor:
                 name: codec.decode(bytes(raw), output_types.get(name, Any))
                 for name, raw in outputs.items()
             }
-            input_fn = node.input_fn
-            return ctx, lambda: input_fn(wf_input, decoded)
+            input_fn, name = node.input_fn, node.name
+
+            def build() -> Any:
+                value = input_fn(wf_input, decoded)
+                what = f"the value node {name!r}'s input= function built for step {step.name!r}"
+                try:
+                    codec.check(value, step.input_type, what=what)
+                except InvalidInputError as exc:
+                    error = InvalidInputError(
+                        f"{exc}: fix the function and deploy it, then retry the run "
+                        "(run.retry_all())"
+                    )
+                    raise _WrongInput(error) from exc
+                return value
+
+            return ctx, build
         value = codec.decode(claimed.input, step.input_type)
         return ctx, lambda: value
 
@@ -289,3 +314,11 @@ class Executor:
                 logger.info("%s %s; handed back to its queue", c, what, extra=log)
             else:
                 logger.info("%s %s; %s", c, what, _NOT_OWNED, extra=log)
+
+
+class _WrongInput(Exception):
+    """A node's ``input=`` function built a value its step does not take: ``error``."""
+
+    def __init__(self, error: InvalidInputError) -> None:
+        super().__init__(str(error))
+        self.error = error

@@ -436,3 +436,22 @@ async def test_submit_checks_before_writing(cyclone_env: CycloneEnv) -> None:
     with pytest.raises(cyclone.InvalidInputError):
         await gate.submit(cyclone_env.client, "not an int")
     assert await count_rows(cyclone_env, "cyclone_runs") == 0
+
+
+miswired = cyclone.define("wf.miswired", int)
+miswired.node(add, name="bad", input=lambda i, o: f"#{i}")
+
+
+async def test_a_wrong_value_from_an_input_function_fails_its_run_at_once(
+    cyclone_env: CycloneEnv,
+) -> None:
+    run = await miswired.submit(cyclone_env.client, 3)
+    async with fast_worker(cyclone_env.client, workflows=[miswired]):
+        assert await run.wait(timeout=60) is cyclone.RunState.FAILED
+    [node] = (await run.info()).nodes
+    assert node.attempts == 1  # not retried: every attempt would build the same value
+    [error] = node.errors
+    assert error["type"] == "InvalidInputError"
+    assert error["message"].startswith(
+        "the value node 'bad''s input= function built for step 'wf.add' must be int: got str"
+    )
