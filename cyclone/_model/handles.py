@@ -95,11 +95,13 @@ def released(error: Mapping[str, Any]) -> str | None:
 class RunInfo:
     """What a run is and where it stands.
 
-    ``nodes`` (by name) and ``edges`` (parent, child) are empty in ``list_runs`` pages;
-    ``run.info()`` fills them, and ``input`` and ``output`` (the run's input and the output of
-    a job or of a result workflow's result node, decoded as plain JSON values; ``None`` until
-    there is one, and in ``list_runs`` pages). A child run has ``parent_run`` and
-    ``parent_node``: the run and child node that submitted it (``run.info()`` only).
+    ``nodes`` (by name), ``edges`` (parent, child) and ``branches`` (parent, child, value:
+    the edges taken only when the parent's output equals the value, ``node.when(value)``)
+    are empty in ``list_runs`` pages; ``run.info()`` fills them, and ``input`` and ``output``
+    (the run's input and the output of a job or of a result workflow's result node, decoded
+    as plain JSON values; ``None`` until there is one, and in ``list_runs`` pages). A child
+    run has ``parent_run`` and ``parent_node``: the run and child node that submitted it
+    (``run.info()`` only).
     """
 
     id: uuid.UUID
@@ -112,6 +114,7 @@ class RunInfo:
     job: bool
     nodes: list[NodeInfo] = field(default_factory=list)
     edges: list[tuple[str, str]] = field(default_factory=list)
+    branches: list[tuple[str, str, Any]] = field(default_factory=list)
     input: Any = None
     output: Any = None
     parent_run: uuid.UUID | None = None

@@ -1,8 +1,9 @@
 """A workflow's nodes (pure): step, wait and child nodes, the branches between them, and
 the checks that a definition's nodes and dependencies are sound (map nodes: ``maps.py``).
 
-A child node's spec is ``{"child": {...}}``; its attempt runs a :class:`ChildStep`, which submits the child run. A
-branch is an edge with a condition: the parent output, as JSON, on which it is taken.
+A child node's spec is ``{"child": {...}}``; its attempt runs a :class:`ChildStep`, which
+submits the child run. A branch is an edge with a condition: the parent output, as JSON, on
+which it is taken.
 """
 
 from __future__ import annotations

@@ -194,6 +194,11 @@ class Runs:
             run_info(row, payload), parent_run=row["parent_run"], parent_node=row["parent_node"]
         )
         info.edges.extend((e["parent"], e["child"]) for e in edges)
+        info.branches.extend(
+            (e["parent"], e["child"], codec.decode(e["cond"], Any))
+            for e in edges
+            if e["cond"] is not None
+        )
         info.nodes.extend(
             NodeInfo(
                 name=n["node"],

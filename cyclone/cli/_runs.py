@@ -148,6 +148,9 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     for depth, names in enumerate(_levels(info)):
         arrow = "  " * depth + ("└─ " if depth else "")
         console.print(arrow + "  ".join(f"{n} ({states[n]})" for n in names), markup=False)
+    for parent, child, value in info.branches:
+        taken = f"{parent} -> {child} when {parent} is {json.dumps(value)}"
+        console.print(f"branch: {taken}", markup=False, highlight=False)
 
 
 @command(runs, "why")

@@ -30,6 +30,19 @@ async def test_show_has_input_and_output(cyclone_env: CycloneEnv) -> None:
     assert "input: 2\noutput: null\n" in out  # no result node, so no output
 
 
+branchy = cyclone.define("cli.branchy", int)
+branchy.node(echo, name="then", after=[branchy.node(echo, name="first").when(7)])
+
+
+async def test_show_has_branch_values(cyclone_env: CycloneEnv) -> None:
+    run = await branchy.submit(cyclone_env.client, 7)
+    code, out, err = await cli("runs", "show", str(run.id), dsn=cyclone_env.dsn)
+    assert code == 0, err
+    assert "branch: first -> then when first is 7\n" in out
+    code, out, err = await cli("runs", "show", str(run.id), "--json", dsn=cyclone_env.dsn)
+    assert json.loads(out)["branches"] == [["first", "then", 7]]
+
+
 async def test_signal(cyclone_env: CycloneEnv) -> None:
     run = await approval.submit(cyclone_env.client, 1)
     rid = str(run.id)

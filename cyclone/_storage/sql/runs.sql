@@ -72,7 +72,8 @@ SELECT * FROM (
 ORDER BY coalesce(map_of, node), item NULLS FIRST, node;
 
 -- name: run_edges(run_id)
-SELECT parent, child FROM __schema__.cyclone_edges WHERE run_id = :run_id ORDER BY parent, child;
+SELECT parent, child, cond FROM __schema__.cyclone_edges WHERE run_id = :run_id
+ORDER BY parent, child;
 
 -- name: run_kind(run_id)
 SELECT job, name, state FROM __schema__.cyclone_runs WHERE id = :run_id;
