@@ -83,6 +83,12 @@ priced_node = pricing.node(price)
 pricing.set_result(pricing.node(label, after=[priced_node]))
 
 
+async def test_threads_must_be_a_positive_int(cyclone_env: CycloneEnv) -> None:
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(cyclone.InvalidInputError, match="threads must be an int from 1"):
+            fast_worker(cyclone_env.client, steps=[price], threads=bad)
+
+
 async def test_a_sync_step_runs_in_a_thread(cyclone_env: CycloneEnv) -> None:
     run = await price.enqueue(cyclone_env.client, Order(21))
     async with fast_worker(cyclone_env.client, steps=[price]):
