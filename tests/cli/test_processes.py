@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -150,3 +152,42 @@ async def test_a_worker_exits_past_a_thread_that_never_returns(cyclone_env: Cycl
             await lines.wait_for("1 handler thread still running past the shutdown deadline")
     assert await run.status() is cyclone.RunState.PENDING  # handed back, for any worker
     assert (await run.info()).nodes[0].attempts == 0
+
+
+def _two_free_ports() -> int:
+    """A port P such that P and P + 1 are free now."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return int(port)
+    raise AssertionError("no two consecutive free ports")
+
+
+async def test_each_child_serves_metrics_on_a_port_of_its_own(cyclone_env: CycloneEnv) -> None:
+    port = _two_free_ports()
+    proc = await start(
+        "worker", "tests.cli.sync_app:WORK", "--processes", "2",
+        "--metrics-port", str(port), "--queue-metrics", dsn=cyclone_env.dsn,
+    )  # fmt: skip
+    async with reaped(proc):
+        lines = Lines(proc)
+        await lines.wait_for("running; Ctrl-C stops it", 2)
+        for number in (0, 1):
+            [line] = await lines.wait_for(f"[child {number}] cyclone: metrics on")
+            assert f"127.0.0.1:{port + number}/metrics" in line
+        # The database-wide gauges come from child 0 only.
+        scraped = [await asyncio.to_thread(_scrape, port + n) for n in (0, 1)]
+        assert ["cyclone_queue_depth" in text for text in scraped] == [True, False]
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=WAIT) as response:
+        return str(response.read().decode())

@@ -135,3 +135,17 @@ def test_generator_handlers_are_refused() -> None:
     for handler in (gen, agen):
         with pytest.raises(cyclone.InvalidInputError, match="is a generator: a handler returns"):
             cyclone.step("gen")(handler)
+
+
+@cyclone.action("invoice.file")
+def file_invoice(ctx: cyclone.Context, invoice: Invoice) -> None:
+    calls.append(invoice.order_id)
+
+
+calls: list[int] = []
+
+
+async def test_a_sync_action_returns_nothing() -> None:
+    assert file_invoice.is_sync and file_invoice.output_type is type(None)
+    assert await file_invoice(new_context(), Invoice(3, 1)) is None
+    assert calls == [3]
