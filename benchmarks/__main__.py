@@ -113,6 +113,7 @@ class Bench:
             lambda: floor.drain_delete(pool, s.jobs),
             lambda: floor.drain_runs_tasks(pool, s.jobs),
             lambda: embedded.drain(pool, s.jobs, 16),
+            lambda: embedded.drain(pool, s.jobs, 16, sync=True),
             lambda: embedded.drain(pool, s.jobs, 200),
             lambda: library.drain(pool, self.dsn, s.jobs),
         )

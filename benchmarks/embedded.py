@@ -2,7 +2,7 @@
 
 - ``drain``: a prefilled queue drained by one worker started in this process, with the
   library's defaults except the queue's concurrency; jobs/s from the worker's start until every
-  outcome is written.
+  outcome is written. With ``sync``, of plain ``def`` no-op handlers, each run in a thread.
 - ``stale_drain``: the same after a burst of enqueues into an empty queue over a long run
   history, once with statistics taken before the burst (autovacuum off, no ANALYZE since) and
   once after an ANALYZE; the claim's plan in each state.
@@ -19,14 +19,14 @@ import asyncpg
 import cyclone
 from benchmarks import history
 from benchmarks.floor import Figure
-from benchmarks.jobs import QUEUE, handled, noop, truncate
+from benchmarks.jobs import QUEUE, handled, noop, noop_sync, truncate
 
 BATCH = 1_000  # prefill batches of enqueue_many
 
 
-async def _prefill(client: cyclone.Client, n: int) -> None:
+async def _prefill(client: cyclone.Client, n: int, step: cyclone.Step[int, None] = noop) -> None:
     for lo in range(0, n, BATCH):
-        await noop.enqueue_many(client, list(range(lo, min(n, lo + BATCH))))
+        await step.enqueue_many(client, list(range(lo, min(n, lo + BATCH))))
 
 
 async def _run_worker(
@@ -44,19 +44,34 @@ async def _run_worker(
         return n, time.perf_counter() - start
 
 
-async def drain(pool: asyncpg.Pool, n: int = 10_000, concurrency: int = 16) -> Figure:
-    """n no-op jobs drained by one worker embedded in this process; jobs/s."""
+async def _run_sync_worker(client: cyclone.Client, concurrency: int) -> float:
+    """Drain the queued plain ``def`` jobs with one worker; seconds."""
+    start = time.perf_counter()
+    async with cyclone.Worker(client, steps=[noop_sync], queues={QUEUE: concurrency}) as worker:
+        await worker.drain()  # nothing claimable left and every outcome written
+    return time.perf_counter() - start
+
+
+async def drain(
+    pool: asyncpg.Pool, n: int = 10_000, concurrency: int = 16, *, sync: bool = False
+) -> Figure:
+    """n no-op jobs drained by one worker embedded in this process; jobs/s. ``sync``: of a
+    plain ``def`` handler, run in a thread each."""
     client = cyclone.Client(pool)
     await truncate(pool)
-    await _prefill(client, n)
+    await _prefill(client, n, noop_sync if sync else noop)
     await pool.execute("VACUUM ANALYZE")
-    done, seconds = await _run_worker(client, n, concurrency, None)
+    if sync:
+        done, seconds = n, await _run_sync_worker(client, concurrency)
+    else:
+        done, seconds = await _run_worker(client, n, concurrency, None)
     await truncate(pool)
+    kind = ", plain def handlers in threads" if sync else ""
     return Figure(
-        f"drain c{concurrency}",
+        f"drain c{concurrency}{' sync' if sync else ''}",
         done / seconds,
         "jobs/s",
-        f"n={n}, worker in this process, queue concurrency {concurrency}",
+        f"n={n}, worker in this process, queue concurrency {concurrency}{kind}",
     )
 
 

@@ -1,4 +1,6 @@
-"""The job every benchmark runs: a no-op step that counts its calls."""
+"""The job every benchmark runs: a no-op step that counts its calls (and its plain ``def``
+twin, which a worker runs in a thread and which counts nothing: the worker's drain tells
+when it is done)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,11 @@ handled = Tally()
 @cyclone.step("bench.noop", queue=QUEUE)
 async def noop(ctx: cyclone.Context, i: int) -> None:
     handled.hit()
+
+
+@cyclone.step("bench.noop_sync", queue=QUEUE)
+def noop_sync(ctx: cyclone.Context, i: int) -> None:
+    return None
 
 
 async def truncate(pool: asyncpg.Pool) -> None:

@@ -35,6 +35,8 @@ FLOORS = [
     Row("drain c16, embedded worker, jobs/s", "drain c16", "drain_delete", 0.5),
     Row("drain c200, embedded worker, jobs/s", "drain c200", "drain_delete", 0.6),
     Row("drain c16, floor on Cyclone's two tables", "drain c16", "drain_runs_tasks"),
+    Row("drain c16, plain def handlers in threads", "drain c16 sync", "drain_delete"),
+    Row("the same, against async handlers", "drain c16 sync", "drain c16"),
     Row("drain c200, floor on Cyclone's two tables", "drain c200", "drain_runs_tasks"),
     Row("drain c200, worker process, jobs/s", "drain", "drain_delete", 0.25),
     Row("drain c16, 1M history, analyzed", "drain c16 analyzed", "drain_delete"),

@@ -218,6 +218,7 @@ class ChildStep(Step[Any, Any]):
         Kind.__init__(self, name, workflow.input_type, workflow.input_type)
         self.queue = steps[0].queue
         self.handler = self._input
+        self.is_sync = False
         self.timeout = None
         self.workflow = workflow
 
