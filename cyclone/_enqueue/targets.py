@@ -119,10 +119,7 @@ class DatabaseTarget:
         """Insert the jobs of ``plan``, taking the sequence lock first if it has one."""
         kind, opts, observers = plan.kind, plan.options, self.settings.observers
         if opts.gated:  # its run may be another's: only write_gated_job can say which
-            raise InvalidInputError(
-                "debounce= and throttle= are not supported by this client; enqueue with "
-                "cyclone.Client (asyncio)"
-            )
+            raise InvalidInputError("a debounced or throttled job is written by write_gated_job")
         span: dict[str, str | int] = {"cyclone.kind": kind.name, "cyclone.queue": plan.queue}
         span["cyclone.count"] = len(plan.ids)
         with observers.enqueue_span(f"enqueue {kind.name}", span):

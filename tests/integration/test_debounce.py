@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import asyncpg
+import psycopg_pool
 import pytest
 
 import cyclone
@@ -337,3 +338,43 @@ async def test_bad_gates_are_refused_when_made_and_many_inputs_write_nothing(
         await collect.enqueue(client, [2], debounce=cyclone.Debounce("f", 60, merge=failing))
     (row,) = await cyclone_env.pool.fetch("SELECT input::text FROM public.cyclone_runs")
     assert row["input"] == "[1]"
+
+
+async def test_a_key_is_found_by_its_index_among_many_plain_jobs(cyclone_env: CycloneEnv) -> None:
+    client, q = cyclone_env.client, cyclone_env.client._queries
+    await collect.enqueue_many(client, [[i] for i in range(3000)])
+    await collect.enqueue(client, [1], debounce=cyclone.Debounce("plan", 60))
+    await cyclone_env.pool.execute("ANALYZE public.cyclone_tasks")
+    job = db.GatedJob(uuid.uuid4(), "[1]", collect.name, "debounce", 0, 1, None, None, None)
+    params = {"debounce_key": "plan", "delay": 60.0, "max_wait": None, "push": True}
+    statements = {
+        "job_debounce": {**job.params(), **params},
+        "job_debounce_find": {"kind": collect.name, "debounce_key": "plan"},
+    }
+    async with cyclone_env.pool.acquire() as conn:
+        for mode in ("custom", "generic"):
+            await conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
+            for name, values in statements.items():
+                sql, args = q.bind(name, values)
+                plan = await (await conn.prepare(f"EXPLAIN (FORMAT JSON) {sql}")).fetchval(*args)
+                assert "idx_tasks_debounce" in plan, (name, mode)
+                assert '"Seq Scan"' not in plan, (name, mode, plan)
+
+
+def test_the_synchronous_client_debounces_and_throttles(cyclone_env: CycloneEnv) -> None:
+    with psycopg_pool.ConnectionPool(cyclone_env.dsn, min_size=1, max_size=2) as pool:
+        client = cyclone.sync.Client(pool)
+        merged = cyclone.Debounce("sync", 60, merge=concat)
+        first = client.enqueue(collect, [1], debounce=merged)
+        second = client.enqueue(collect, [2], debounce=merged)
+        assert (second.id, first.created, second.created) == (first.id, True, False)
+        with pool.connection() as conn, conn.transaction():
+            pushed = client.enqueue_tx(conn, collect, [3], debounce=merged)
+        assert pushed.id == first.id
+        throttle = cyclone.Throttle("sync", 60)
+        opened = client.enqueue(collect, [4], throttle=throttle)
+        dropped = client.enqueue(collect, [5], throttle=throttle)
+        assert (dropped.id, opened.created, dropped.created) == (opened.id, True, False)
+        with pool.connection() as conn:
+            row = conn.execute("SELECT input FROM cyclone_runs WHERE id = %s", [first.id])
+            assert row.fetchone() == ([1, 2, 3],)
