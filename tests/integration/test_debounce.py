@@ -378,3 +378,24 @@ def test_the_synchronous_client_debounces_and_throttles(cyclone_env: CycloneEnv)
         with pool.connection() as conn:
             row = conn.execute("SELECT input FROM cyclone_runs WHERE id = %s", [first.id])
             assert row.fetchone() == ([1, 2, 3],)
+
+
+@pytest.mark.parametrize(
+    "option",
+    [cyclone.Debounce("rr", 60), cyclone.Debounce("rr", 60, merge=concat)],
+    ids=["debounce", "merge"],
+)
+async def test_a_key_changed_after_a_repeatable_read_snapshot_is_a_serialization_failure(
+    cyclone_env: CycloneEnv, option: cyclone.Debounce[list[int]]
+) -> None:
+    client = cyclone_env.client
+    for gate in ({"debounce": option}, {"throttle": cyclone.Throttle("rr", 60)}):
+        async with (
+            cyclone_env.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read"),
+        ):
+            await conn.fetchval("SELECT 1")  # the transaction's snapshot, taken now
+            made = await collect.enqueue(client, [1], **gate)  # committed after it
+            with pytest.raises(asyncpg.SerializationError):
+                await collect.enqueue_tx(client, conn, [2], **gate)
+        assert (await made.payloads()).input == [1]
