@@ -22,7 +22,6 @@ from cyclone._enqueue import gates
 from cyclone._model import codec
 from cyclone._model.errors import (
     DuplicateError,
-    InvalidInputError,
     KeyContentionError,
     NotInTransactionError,
     SubmitConflictError,
@@ -118,8 +117,7 @@ class DatabaseTarget:
     async def write_jobs(self, plan: JobPlan) -> None:
         """Insert the jobs of ``plan``, taking the sequence lock first if it has one."""
         kind, opts, observers = plan.kind, plan.options, self.settings.observers
-        if opts.gated:  # its run may be another's: only write_gated_job can say which
-            raise InvalidInputError("a debounced or throttled job is written by write_gated_job")
+        assert not opts.gated, "its run may be another's: write_gated_job says which"
         span: dict[str, str | int] = {"cyclone.kind": kind.name, "cyclone.queue": plan.queue}
         span["cyclone.count"] = len(plan.ids)
         with observers.enqueue_span(f"enqueue {kind.name}", span):

@@ -264,6 +264,13 @@ async def test_a_throttle_drops_calls_within_its_period(cyclone_env: CycloneEnv)
     row = await stored(cyclone_env, after.id)
     assert row["available_at"] <= await cyclone_env.pool.fetchval("SELECT now()")
     assert (await collect.enqueue(client, [6], throttle=throttle)).id == after.id
+    # A call that opens a period wakes the queue at commit; a dropped one wakes nobody.
+    async with cyclone_env.pool.acquire() as conn:
+        for key, woken in (("t", set()), ("w", {"debounce"})):
+            ttx, wakeups = cyclone.track_wakeups(conn)
+            async with ttx.transaction():
+                await collect.enqueue_tx(client, ttx, [7], throttle=cyclone.Throttle(key, 60))
+            assert set(wakeups) == woken
 
 
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
