@@ -21,6 +21,7 @@ from cyclone._model import ports as _ports
 from cyclone._model import results as _workflows
 from cyclone._model import steps
 from cyclone._model.context import Snooze
+from cyclone._model.debounce import Debounce, Throttle
 from cyclone._model.errors import (
     ConflictError,
     ContextError,
@@ -106,6 +107,7 @@ __all__ = [
     "Context",
     "ContextError",
     "CycloneError",
+    "Debounce",
     "DuplicateError",
     "EnqueueManyOptions",
     "EnqueueOptions",
@@ -163,6 +165,7 @@ __all__ = [
     "Step",
     "SubmitConflictError",
     "SubmitOptions",
+    "Throttle",
     "Throughput",
     "TrackedConnection",
     "TrackedTransaction",

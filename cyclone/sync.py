@@ -60,11 +60,13 @@ class Services:
 
 
 class Run:
-    """A handle on a run for synchronous code: an id and a client, holding no connection."""
+    """A handle on a run for synchronous code: an id and a client, holding no connection.
+    ``created``: whether the call that gave it wrote the run (as ``cyclone.Run.created``)."""
 
-    def __init__(self, client: Client, run_id: uuid.UUID) -> None:
+    def __init__(self, client: Client, run_id: uuid.UUID, *, created: bool = False) -> None:
         self.client = client
         self.id = run_id
+        self.created = created
 
     def __repr__(self) -> str:
         return f"<cyclone.sync.{type(self).__name__} {self.id}>"
@@ -92,8 +94,10 @@ class Run:
 class ResultRun(Run, Generic[Out_co]):
     """A run whose ``result()`` is typed: a job's output or a result workflow's."""
 
-    def __init__(self, client: Client, run_id: uuid.UUID, output_type: Any) -> None:
-        super().__init__(client, run_id)
+    def __init__(
+        self, client: Client, run_id: uuid.UUID, output_type: Any, *, created: bool = False
+    ) -> None:
+        super().__init__(client, run_id, created=created)
         self.output_type = output_type
 
     def result(self, timeout: float | None = None) -> Out_co:
@@ -234,9 +238,12 @@ class Client:
     ) -> list[ResultRun[Out]]:
         target = self._target(tx)
         plan = plan_jobs(self._settings, kind, inputs, options)
+        if plan.options.gated:  # a debounce or throttle may name an existing run
+            run_id, created = run_sync(target.write_gated_job(plan))
+            return [ResultRun(self, run_id, kind.output_type, created=created)]
         if plan.ids:
             run_sync(target.write_jobs(plan))
-        return [ResultRun(self, i, kind.output_type) for i in plan.ids]
+        return [ResultRun(self, i, kind.output_type, created=True) for i in plan.ids]
 
     @overload
     def submit(
@@ -325,8 +332,8 @@ class Client:
             target.write_run(workflow.plan(self.payload_limit, key, input, options))
         )
         if isinstance(workflow, ResultWorkflow):
-            return ResultRun(self, run_id, workflow.output_type), created
-        return Run(self, run_id), created
+            return ResultRun(self, run_id, workflow.output_type, created=created), created
+        return Run(self, run_id, created=created), created
 
     # Reading and signalling
 

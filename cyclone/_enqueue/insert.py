@@ -96,6 +96,11 @@ def plan_jobs(
     opts = check_options(options, ENQUEUE_OPTIONS, call="enqueue")
     if opts.unique is not None and len(inputs) != 1:
         raise InvalidInputError("unique= applies to a single enqueue, not to enqueue_many")
+    if opts.gated and len(inputs) != 1:
+        raise InvalidInputError(
+            "debounce= and throttle= apply to a single enqueue, not to enqueue_many: each "
+            "call's key decides whether it makes a run; enqueue the jobs one by one"
+        )
     encoded = encode_array(
         inputs, kind.input_type, what=f"input of step {kind.name!r}", limit=payload_limit(settings)
     )
@@ -165,9 +170,12 @@ class Inserter:
         handles in input order."""
         target = self.target(tx)
         plan = plan_jobs(self.settings, kind, inputs, options)
+        if plan.options.gated:
+            run_id, created = await target.write_gated_job(plan)
+            return [ResultRun(self._owner, run_id, kind.output_type, created=created)]
         if plan.ids:
             await target.write_jobs(plan)
-        return [ResultRun(self._owner, i, kind.output_type) for i in plan.ids]
+        return [ResultRun(self._owner, i, kind.output_type, created=True) for i in plan.ids]
 
     async def submit(
         self,
@@ -186,8 +194,8 @@ class Inserter:
         plan = workflow.plan(payload_limit(self.settings), key, input, options, parent)
         run_id, created = await target.write_run(plan)
         if isinstance(workflow, ResultWorkflow):
-            return ResultRun(self._owner, run_id, workflow.output_type), created
-        return Run(self._owner, run_id), created
+            return ResultRun(self._owner, run_id, workflow.output_type, created=created), created
+        return Run(self._owner, run_id, created=created), created
 
 
 class _Unwritten:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 
+from cyclone._enqueue import gates
 from cyclone._model import codec
 from cyclone._model.errors import (
     DuplicateError,
@@ -81,6 +82,11 @@ class Target(Protocol):
         """Insert the workflow run of ``plan``; return its id and whether this call made it."""
         ...
 
+    async def write_gated_job(self, plan: JobPlan) -> tuple[uuid.UUID, bool]:
+        """Write the one job of ``plan``, which has a debounce or throttle: the run it names
+        and whether this call made it."""
+        ...
+
 
 class DatabaseTarget:
     """A target that writes: the statements and their retries, for every connection source.
@@ -111,6 +117,7 @@ class DatabaseTarget:
     async def write_jobs(self, plan: JobPlan) -> None:
         """Insert the jobs of ``plan``, taking the sequence lock first if it has one."""
         kind, opts, observers = plan.kind, plan.options, self.settings.observers
+        assert not opts.gated, "its run may be another's: write_gated_job says which"
         span: dict[str, str | int] = {"cyclone.kind": kind.name, "cyclone.queue": plan.queue}
         span["cyclone.count"] = len(plan.ids)
         with observers.enqueue_span(f"enqueue {kind.name}", span):
@@ -169,6 +176,41 @@ class DatabaseTarget:
                 if holder is not None:
                     raise DuplicateError(kind.name, opts.unique, holder)
         raise KeyContentionError("unique", str(opts.unique), kind.name)
+
+    async def write_gated_job(self, plan: JobPlan) -> tuple[uuid.UUID, bool]:
+        """Write a debounced or throttled job (``cyclone._enqueue.gates``): the run it names
+        and whether this call made it. Only a merge needs a transaction of its own."""
+        kind, observers = plan.kind, self.settings.observers
+        span: dict[str, str | int] = {"cyclone.kind": kind.name, "cyclone.queue": plan.queue}
+        with observers.enqueue_span(f"enqueue {kind.name}", span):
+            trace = trace_text(self.settings)
+            opts = plan.options
+            job = db.GatedJob(
+                id=plan.ids[0],
+                input=plan.encoded[1:-1],  # the array's one element
+                kind=kind.name,
+                queue=plan.queue,
+                priority=kind.priority if opts.priority is None else opts.priority,
+                max_attempts=kind.max_attempts if opts.max_attempts is None else opts.max_attempts,
+                deadline=opts.run_deadline,
+                trace=trace,
+                group=opts.group,
+            )
+            async with self.connection(transaction=gates.merges(opts)) as conn:
+                written = await gates.write(
+                    conn,
+                    self.settings.queries,
+                    job,
+                    kind=kind,
+                    value=plan.inputs[0],
+                    options=opts,
+                    limit=self.settings.payload_limit,
+                )
+            if written.due:
+                self.woke([plan.queue])
+        if written.created:
+            observers.enqueued(kind.name, plan.queue, 1)
+        return written.run_id, written.created
 
     async def write_run(self, plan: SubmitPlan) -> tuple[uuid.UUID, bool]:
         """Insert the run, its steps and edges in one statement; with a key already taken,

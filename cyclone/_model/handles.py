@@ -262,13 +262,15 @@ class RunsClient(Protocol):
 
 
 class Run:
-    """A handle on one run."""
+    """A handle on one run. ``created``: whether the call that gave it wrote the run (False:
+    a debounced or throttled enqueue, or ``submit_once``, named a run that existed)."""
 
-    __slots__ = ("_runs", "id")
+    __slots__ = ("_runs", "created", "id")
 
-    def __init__(self, client: RunsClient, run_id: uuid.UUID) -> None:
+    def __init__(self, client: RunsClient, run_id: uuid.UUID, *, created: bool = False) -> None:
         self._runs: RunService = client.services.runs
         self.id = run_id
+        self.created = created
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}>"
@@ -329,14 +331,26 @@ class ResultRun(Run, Generic[Out_co]):
 
     @overload
     def __init__(
-        self: ResultRun[Out], client: RunsClient, run_id: uuid.UUID, output_type: type[Out]
+        self: ResultRun[Out],
+        client: RunsClient,
+        run_id: uuid.UUID,
+        output_type: type[Out],
+        *,
+        created: bool = False,
     ) -> None: ...
     @overload
     def __init__(
-        self: ResultRun[Any], client: RunsClient, run_id: uuid.UUID, output_type: Any
+        self: ResultRun[Any],
+        client: RunsClient,
+        run_id: uuid.UUID,
+        output_type: Any,
+        *,
+        created: bool = False,
     ) -> None: ...
-    def __init__(self, client: RunsClient, run_id: uuid.UUID, output_type: Any) -> None:
-        super().__init__(client, run_id)
+    def __init__(
+        self, client: RunsClient, run_id: uuid.UUID, output_type: Any, *, created: bool = False
+    ) -> None:
+        super().__init__(client, run_id, created=created)
         self.output_type = output_type
 
     async def result(self, timeout: float | None = None) -> Out_co:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from cyclone._model.debounce import Debounce, Throttle, check_gates
 from cyclone._model.errors import InvalidInputError, InvalidNameError
 from cyclone._model.keys import validate_key
 
@@ -46,9 +47,12 @@ class EnqueueManyOptions(SubmitOptions, total=False):
 
 
 class EnqueueOptions(EnqueueManyOptions, total=False):
-    """Options of a single ``enqueue``: ``enqueue_many``'s, plus the ``unique`` key."""
+    """Options of a single ``enqueue``: ``enqueue_many``'s, plus the ``unique`` key, and
+    ``debounce`` or ``throttle`` (docs/debounce.md)."""
 
     unique: str
+    debounce: Debounce[Any]
+    throttle: Throttle
 
 
 def validate_queue(queue: object) -> str:
@@ -97,6 +101,13 @@ class Options:
     max_attempts: int | None = None
     run_deadline: dt.datetime | None = None
     group: str | None = None
+    debounce: Debounce[Any] | None = None
+    throttle: Throttle | None = None
+
+    @property
+    def gated(self) -> bool:
+        """Whether a debounce or throttle key may send the call to an existing run."""
+        return self.debounce is not None or self.throttle is not None
 
     def claimable_now(self) -> bool:
         """Whether the work is claimable at commit, which is when a wakeup is worth sending."""
@@ -114,8 +125,18 @@ def parse(
     max_attempts: object = None,
     run_deadline: object = None,
     group: object = None,
+    debounce: object = None,
+    throttle: object = None,
 ) -> Options:
     """Check every option and return them normalised; raise before anything is written."""
+    debounced, throttled = check_gates(
+        debounce,
+        throttle,
+        unique=unique,
+        sequence=sequence,
+        process_at=process_at,
+        process_in=process_in,
+    )
     if process_at is not None and process_in is not None:
         raise InvalidInputError("give process_at or process_in, not both")
     at = None
@@ -134,6 +155,8 @@ def parse(
         ),
         run_deadline=None if run_deadline is None else _aware(run_deadline, what="run_deadline"),
         group=None if group is None else validate_key(group, what="group key"),
+        debounce=debounced,
+        throttle=throttled,
     )
 
 

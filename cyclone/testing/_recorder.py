@@ -111,6 +111,12 @@ class Recording:
             for value, i in zip(plan.inputs, plan.ids, strict=True)
         )
 
+    async def write_gated_job(self, plan: JobPlan) -> tuple[uuid.UUID, bool]:
+        """Record the job (its debounce or throttle in its options); a recorded run is
+        always new."""
+        await self.write_jobs(plan)
+        return plan.ids[0], True
+
     async def write_run(self, plan: SubmitPlan) -> tuple[uuid.UUID, bool]:
         """Record the submit; a recorded run is always new."""
         run_id = uuid7()

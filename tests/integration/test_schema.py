@@ -19,6 +19,7 @@ TABLES = {
     "cyclone_queues",  # 0008_flow_control
     "cyclone_kind_limits",
     "cyclone_key_starts",
+    "cyclone_throttles",  # 0013_debounce
 }
 INDEXES = {
     "cyclone_runs_pkey",
@@ -43,6 +44,8 @@ INDEXES = {
     "cyclone_queues_pkey",  # 0008_flow_control
     "cyclone_kind_limits_pkey",
     "idx_key_starts",
+    "idx_tasks_debounce",  # 0013_debounce
+    "cyclone_throttles_pkey",
 }
 
 

@@ -72,6 +72,22 @@ async def every_option(client: cyclone.Client, email: Email) -> None:
     await send.enqueue_many(client, [email], **many)
 
 
+def latest(old: Email, new: Email) -> Email:
+    return new
+
+
+async def gates(client: cyclone.Client, tx: cyclone.Tx, email: Email) -> None:
+    debounce = cyclone.Debounce("k", dt.timedelta(seconds=5), max_wait=60, merge=latest)
+    assert_type(debounce, cyclone.Debounce[Email])
+    run = await send.enqueue(client, email, debounce=debounce)
+    assert_type(run.created, bool)
+    await send.enqueue_tx(client, tx, email, debounce=cyclone.Debounce("k", 0.5))
+    await cyclone.enqueue(client, send, email, throttle=cyclone.Throttle("k", 60))
+    await send.enqueue_many(client, [email], debounce=debounce)  # type: ignore[call-arg]
+    await send.enqueue(client, email, throttle="k")  # type: ignore[arg-type]
+    cyclone.Debounce("k", "soon")  # type: ignore[arg-type]
+
+
 async def wrong_options(client: cyclone.Client, tx: cyclone.Tx, email: Email) -> None:
     await send.enqueue(client, email, priority="high")  # type: ignore[arg-type]
     await send.enqueue(client, email, prio=1)  # type: ignore[call-arg]

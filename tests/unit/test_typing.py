@@ -58,7 +58,11 @@ def test_typing_suite_is_clean_outside_the_repo(tmp_path: Path) -> None:
 def test_typed_options_are_the_options_checked_at_run_time() -> None:
     checked = set(inspect.signature(parse).parameters)
     assert cyclone.EnqueueOptions.__optional_keys__ == checked
-    assert cyclone.EnqueueManyOptions.__optional_keys__ == checked - {"unique"}
+    assert cyclone.EnqueueManyOptions.__optional_keys__ == checked - {
+        "unique",
+        "debounce",
+        "throttle",
+    }
     assert cyclone.SubmitOptions.__optional_keys__ < checked
     assert not cyclone.EnqueueOptions.__required_keys__
     assert not cyclone.SubmitOptions.__required_keys__

@@ -50,6 +50,13 @@ from cyclone._storage.queries.dashboard import (
     run_walk_end,
     throughput_minutes,
 )
+from cyclone._storage.queries.debounce import (
+    GatedJob,
+    job_debounce,
+    job_debounce_find,
+    job_throttle,
+    job_throttle_find,
+)
 from cyclone._storage.queries.explain import node_explain
 from cyclone._storage.queries.flow import (
     kind_limits_list,
@@ -149,6 +156,7 @@ __all__ = [
     "Completions",
     "Conn",
     "Fence",
+    "GatedJob",
     "LastAttempt",
     "Owned",
     "Record",
@@ -162,11 +170,15 @@ __all__ = [
     "child_link",
     "child_settle",
     "job_complete_many",
+    "job_debounce",
+    "job_debounce_find",
     "job_end",
     "job_find_unique",
     "job_insert_many",
     "job_lock",
     "job_reopen",
+    "job_throttle",
+    "job_throttle_find",
     "kind_limits_list",
     "kind_limits_set",
     "map_expand",
