@@ -60,7 +60,6 @@ from cyclone._model.explain import Explanation, LimitReached, Reason, ReasonCode
 from cyclone._model.handles import (
     NodeInfo,
     NodePayloads,
-    QueueStats,
     ResultRun,
     Run,
     RunInfo,
@@ -68,9 +67,6 @@ from cyclone._model.handles import (
     RunPayloads,
     RunQuery,
     RunState,
-    Throughput,
-    UnservedWork,
-    WorkerInfo,
 )
 from cyclone._model.nodes import MAX_ITEMS, Branch, Node
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
@@ -81,6 +77,7 @@ from cyclone._model.schedules import (
     schedule,
 )
 from cyclone._model.settled import Settled
+from cyclone._model.stats import QueueStats, Throughput, UnservedWork, WorkerInfo
 from cyclone._model.steps import Kind, Step, action, register_kind, step
 from cyclone._model.wakeups import Wakeups
 from cyclone._model.workflows import Workflow

@@ -27,18 +27,10 @@ from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._model.context import HandlerContext
 from cyclone._model.errors import InvalidInputError
 from cyclone._model.explain import Explanation
-from cyclone._model.handles import (
-    QueueStats,
-    ResultRun,
-    Run,
-    RunPage,
-    RunQuery,
-    RunState,
-    Throughput,
-    WorkerInfo,
-)
+from cyclone._model.handles import ResultRun, Run, RunPage, RunQuery, RunState
 from cyclone._model.keys import validate_name
 from cyclone._model.options import seconds, validate_int
+from cyclone._model.stats import QueueStats, Throughput, WorkerInfo
 from cyclone._model.wakeups import Wakeups
 from cyclone._services import migrator, stats
 from cyclone._services.bundle import Services

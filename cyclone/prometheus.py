@@ -58,7 +58,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cyclone._model.errors import InvalidStateError
-from cyclone._model.handles import QueueStats
+from cyclone._model.stats import QueueStats
 from cyclone._services.observe import Observer
 from cyclone._storage import queries as db
 

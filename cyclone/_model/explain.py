@@ -14,7 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from cyclone._model.handles import RunState, WorkerInfo
+from cyclone._model.handles import RunState
+from cyclone._model.stats import WorkerInfo
 
 
 class ReasonCode(enum.StrEnum):

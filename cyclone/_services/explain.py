@@ -11,7 +11,8 @@ from typing import Any, Literal
 from cyclone._model import codec
 from cyclone._model.errors import RunNotFoundError
 from cyclone._model.explain import Explanation, LimitReached, Reason, ReasonCode
-from cyclone._model.handles import RunState, WorkerInfo
+from cyclone._model.handles import RunState
+from cyclone._model.stats import WorkerInfo
 from cyclone._services.database import Database
 from cyclone._storage import queries as db
 

@@ -5,8 +5,8 @@ what ended per minute (``client.stats()``, ``client.workers()``, ``client.throug
 from __future__ import annotations
 
 from cyclone._model.errors import InvalidInputError
-from cyclone._model.handles import QueueStats, Throughput, UnservedWork, WorkerInfo
 from cyclone._model.options import validate_int
+from cyclone._model.stats import QueueStats, Throughput, UnservedWork, WorkerInfo
 from cyclone._services.database import Database
 from cyclone._services.queues import flow_fields
 from cyclone._storage import queries as db

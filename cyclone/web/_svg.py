@@ -10,7 +10,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cyclone._model.handles import NodeInfo, Throughput, items_done
+from cyclone._model.handles import NodeInfo, items_done
+from cyclone._model.stats import Throughput
 
 NODE_W, NODE_H = 150, 34
 LABEL_CHARS = 19  # what a box's width holds
