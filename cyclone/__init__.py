@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar, Unpack, overload
 
-from cyclone._client import Client, Context
+from cyclone._client import BatchContext, Client, Context
 from cyclone._enqueue import insert as _insert
 from cyclone._enqueue.wakeups import (
     TrackedConnection,
@@ -20,6 +20,7 @@ from cyclone._enqueue.wakeups import (
 from cyclone._model import ports as _ports
 from cyclone._model import results as _workflows
 from cyclone._model import steps
+from cyclone._model.batches import BatchStep, ItemFailed, batch_action, batch_step
 from cyclone._model.context import Snooze
 from cyclone._model.errors import (
     ConflictError,
@@ -100,6 +101,8 @@ except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path, ne
 
 __all__ = [
     "MAX_ITEMS",
+    "BatchContext",
+    "BatchStep",
     "Branch",
     "Client",
     "ConflictError",
@@ -117,6 +120,7 @@ __all__ = [
     "InvalidOptionError",
     "InvalidScheduleError",
     "InvalidStateError",
+    "ItemFailed",
     "KeyContentionError",
     "Kind",
     "KindLimits",
@@ -177,6 +181,8 @@ __all__ = [
     "WorkerInfo",
     "Workflow",
     "action",
+    "batch_action",
+    "batch_step",
     "define",
     "define_result",
     "enqueue",
