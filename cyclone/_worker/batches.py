@@ -72,6 +72,7 @@ class Batches:
         self._collectors: dict[Key, _Collector] = {}
         self._waiting: dict[str, int] = {}  # items in collectors, by queue
         self._running: set[asyncio.Task[None]] = set()
+        self._stopping = False
 
     @classmethod
     def serving(
@@ -115,6 +116,10 @@ class Batches:
         except Exception as exc:  # group_by is user code: the item fails, as a handler would
             self._leases.finishing(claimed)
             return self._executor.failure(claimed, exc), None
+        if self._stopping and self._leases.mark(claimed, "shutdown"):
+            # Claimed as the worker stopped (a claim in flight): no batch starts now.
+            self._leases.finishing(claimed)
+            return HandedBack(claimed, started=False), None
         item = Item(claimed, value, asyncio.get_running_loop().create_future())
         self._join(step, (claimed.kind, claimed.queue, group), item, slots)
         try:
@@ -128,7 +133,9 @@ class Batches:
         return result
 
     def stop(self) -> None:
-        """Hand back every item still waiting in a collector (the worker is stopping)."""
+        """Hand back every item still waiting in a collector, and every item claimed from
+        now on (the worker is stopping)."""
+        self._stopping = True
         for collector in list(self._collectors.values()):
             self._forget(collector)
             for item in collector.items:

@@ -286,7 +286,7 @@ class Executor:
             else:
                 logger.warning("%s snoozed; not rescheduled: %s", c, _NOT_OWNED, extra=log)
         elif isinstance(outcome, HandedBack):
-            what = "interrupted by shutdown" if outcome.started else "claimed ahead, not started"
+            what = "interrupted by shutdown" if outcome.started else "not started yet"
             if accepted:
                 logger.info("%s %s; handed back to its queue", c, what, extra=log)
             else:

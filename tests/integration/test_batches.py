@@ -20,7 +20,7 @@ import pytest
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import ROOT, Probe, fast_worker, reaped
+from tests.conftest import ROOT, Probe, Records, count_rows, fast_worker, reaped
 from tests.e2e.batch_app import charge_batch
 
 probe = Probe()
@@ -91,6 +91,21 @@ async def record(ctx: cyclone.BatchContext, inputs: list[int]) -> list[cyclone.I
         cyclone.ItemFailed(ValueError("zero")) if i == 0 and a.attempt == 1 else None
         for i, a in zip(inputs, ctx.attempts, strict=True)
     ]
+
+
+@cyclone.batch_step("batch.hold", queue="batch", max_size=3, max_wait=0.5, max_attempts=3)
+async def hold(ctx: cyclone.BatchContext, inputs: list[int]) -> list[int]:
+    """Writes its ledger rows, then (on the first call) waits for the test."""
+    conn = await ctx.completion_tx()
+    for i in inputs:
+        await conn.execute(
+            "INSERT INTO ledger (item, attempt) VALUES ($1, $2)", i, len(probe.calls)
+        )
+    probe.calls.append([a.attempt for a in ctx.attempts])
+    if len(probe.calls) == 1:
+        probe.started.set()
+        await probe.stopped.wait()
+    return inputs
 
 
 async def results(runs: list[cyclone.ResultRun[Any]]) -> list[Any]:
@@ -207,6 +222,51 @@ async def test_a_failed_commit_completes_none_of_the_items(ledger: CycloneEnv) -
     for run in runs:
         [error] = (await run.info()).nodes[0].errors
         assert error["type"] == "CompletionAborted"
+
+
+async def test_a_cancelled_item_rolls_back_its_batchs_completion(
+    ledger: CycloneEnv, records: Records
+) -> None:
+    runs = await hold.enqueue_many(ledger.client, [1, 2, 3])
+    async with fast_worker(ledger.client, steps=[hold], queues={"batch": 20}, lease=0.6):
+        await asyncio.wait_for(probe.started.wait(), 30)
+        await runs[0].cancel()
+        await records.wait_for("stopped: its run is cancelled")  # the heartbeat saw it
+        probe.stopped.set()  # the handler returns all three
+        for run in runs[1:]:
+            assert await run.result(timeout=60) == run_input(runs, run)
+    assert await runs[0].status() is cyclone.RunState.CANCELLED
+    # The first call's rows (item 1's among them) rolled back; items 2 and 3 ran again.
+    assert probe.calls == [[1, 1, 1], [2, 2]]
+    rows = await ledger.pool.fetch("SELECT item, attempt FROM ledger ORDER BY item")
+    assert [tuple(r) for r in rows] == [(2, 1), (3, 1)]
+    for run in runs[1:]:
+        [error] = (await run.info()).nodes[0].errors
+        assert error["type"] == "CompletionAborted"
+
+
+def run_input(runs: list[cyclone.ResultRun[int]], run: cyclone.ResultRun[int]) -> int:
+    return runs.index(run) + 1
+
+
+async def test_a_stopping_worker_hands_back_the_items_waiting_for_a_batch(
+    cyclone_env: CycloneEnv, records: Records
+) -> None:
+    probe.reset()
+    runs = await double.enqueue_many(cyclone_env.client, [1, 2])  # max_size 5, max_wait 60 s
+    async with fast_worker(cyclone_env.client, steps=[double], queues={"batch": 20}):
+        async with asyncio.timeout(30):
+            # The claim's rows, in the database: no event to await.
+            while await count_rows(cyclone_env, "cyclone_tasks", "state = 'running'") < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    assert probe.calls == []  # never called
+    # At once, as the worker stops: not cancelled after the shutdown timeout.
+    assert len(records.messages("not started yet; handed back to its queue")) == 2
+    assert not records.messages("interrupted by shutdown")
+    assert await count_rows(cyclone_env, "cyclone_tasks", "state = 'available'") == 2
+    for run in runs:
+        info = await run.info()
+        assert info.nodes[0].errors == [] and info.state is cyclone.RunState.PENDING
 
 
 def test_a_batch_step_is_not_a_workflow_node() -> None:
