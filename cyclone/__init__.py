@@ -263,13 +263,13 @@ async def submit_tx(
 
 
 async def enqueue_completion(
-    ctx: Context,
+    ctx: Context | BatchContext,
     client: Client,
     kind: Kind[In, Out],
     input: In,
     **options: Unpack[EnqueueOptions],
 ) -> ResultRun[Out]:
-    """Enqueue a job in the handler's completion transaction.
+    """Enqueue a job in the handler's completion transaction (a batch handler's too).
 
     The job exists only if this step's completion commits. ``client`` may be a producer-only
     client that declares ``kind`` with ``register_kind``; the row goes to the worker's database.
@@ -289,7 +289,7 @@ def _inserter(client: Client | None) -> _ports.Inserter:
 
 @overload
 async def submit_completion(
-    ctx: Context,
+    ctx: Context | BatchContext,
     client: Client,
     workflow: ResultWorkflow[In, Out],
     input: In,
@@ -297,14 +297,14 @@ async def submit_completion(
 ) -> ResultRun[Out]: ...
 @overload
 async def submit_completion(
-    ctx: Context,
+    ctx: Context | BatchContext,
     client: Client,
     workflow: Workflow[In],
     input: In,
     **options: Unpack[SubmitOptions],
 ) -> Run: ...
 async def submit_completion(
-    ctx: Context,
+    ctx: Context | BatchContext,
     client: Client,
     workflow: Workflow[In],
     input: In,

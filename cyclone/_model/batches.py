@@ -23,6 +23,8 @@ from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, Kind, Step
 if TYPE_CHECKING:
     import asyncpg
 
+    from cyclone._model.ports import Tx
+
 In = TypeVar("In")
 Out = TypeVar("Out")
 BCtx = TypeVar("BCtx", bound="HandlerBatchContext[Any]")
@@ -92,6 +94,13 @@ class HandlerBatchContext(Generic[C]):
             raise ContextError("this context has no completion transaction")
         await self._completion.open()
         return cast("asyncpg.pool.PoolConnectionProxy", self._completion.connection)
+
+    # Internal, for cyclone.enqueue_completion and submit_completion, as HandlerContext's.
+    async def completion_tracked(self) -> Tx:
+        self._scope.check("a completion enqueue")
+        if self._completion is None:
+            raise ContextError("this context has no completion transaction")
+        return cast("Tx", await self._completion.open())
 
 
 class BatchStep(Step[In, Out]):

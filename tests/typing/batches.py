@@ -18,6 +18,8 @@ async def send(ctx: cyclone.BatchContext, messages: list[Sms]) -> list[int | cyc
     assert_type(ctx.client, cyclone.Client)
     conn = await ctx.completion_tx()
     await conn.execute("SELECT 1")
+    follow = await cyclone.enqueue_completion(ctx, ctx.client, count, messages[0])
+    assert_type(follow, cyclone.ResultRun[int])
     return [len(m.to) if m.to else cyclone.ItemFailed(ValueError("no number")) for m in messages]
 
 
