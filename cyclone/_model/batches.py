@@ -122,6 +122,12 @@ class BatchStep(Step[In, Out]):
         action: bool = False,
         **options: Unpack[StepOptions],
     ) -> None:
+        if unknown := sorted(set(options) - StepOptions.__optional_keys__):
+            known = ", ".join(sorted(StepOptions.__optional_keys__))
+            raise InvalidInputError(
+                f"batch step {name!r} got unknown options {', '.join(unknown)}: it takes "
+                f"max_size, max_wait, group_by and {known}"
+            )
         input_type, output_type = _batch_signature(name, handler, action=action)
         Kind.__init__(
             self,

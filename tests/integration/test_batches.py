@@ -67,6 +67,12 @@ async def flaky(ctx: cyclone.BatchContext, inputs: list[int]) -> list[int]:
     return inputs
 
 
+@cyclone.batch_step("batch.short", queue="batch", max_size=3, max_wait=60, max_attempts=3)
+async def short(ctx: cyclone.BatchContext, inputs: list[int]) -> list[int]:
+    probe.calls.append(len(inputs))
+    return inputs[:-1] if len(probe.calls) == 1 else inputs
+
+
 @cyclone.batch_step("batch.sleepy", queue="batch", max_size=3, max_wait=60)
 async def sleepy(ctx: cyclone.BatchContext, inputs: list[int]) -> list[int]:
     probe.calls.append([a.attempt for a in ctx.attempts])
@@ -175,6 +181,17 @@ async def test_a_raising_handler_fails_every_item(cyclone_env: CycloneEnv) -> No
     for run in runs:
         [error] = (await run.info()).nodes[0].errors
         assert error["type"] == "RuntimeError"
+
+
+async def test_a_result_missing_fails_every_item(cyclone_env: CycloneEnv) -> None:
+    probe.reset()
+    runs = await short.enqueue_many(cyclone_env.client, [1, 2, 3])
+    async with fast_worker(cyclone_env.client, steps=[short], queues={"batch": 20}):
+        assert await results(runs) == [1, 2, 3]
+    for run in runs:
+        [error] = (await run.info()).nodes[0].errors
+        assert error["type"] == "InvalidStateError"
+        assert "returned 2 results for 3 inputs" in error["message"]
 
 
 async def test_snooze_snoozes_every_item(cyclone_env: CycloneEnv) -> None:
@@ -291,6 +308,8 @@ def test_declarations_are_checked() -> None:
         cyclone.batch_step("batch.nothing")(nothing)
     with pytest.raises(cyclone.InvalidInputError, match="max_size"):
         cyclone.batch_step("batch.huge", max_size=0)(double.batch_handler)
+    with pytest.raises(cyclone.InvalidInputError, match="unknown options max_items"):
+        cyclone.batch_step("batch.typo", max_items=5)(double.batch_handler)
     assert double.output_type is int and double.input_type is int
     assert record.output_type is type(None)
 
