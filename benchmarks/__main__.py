@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import asyncpg
 
 import cyclone
-from benchmarks import dynamic, embedded, floor, history, library, others, report
+from benchmarks import batches, dynamic, embedded, floor, history, library, others, report
 from benchmarks.floor import Figure
 from benchmarks.jobs import truncate
 from benchmarks.report import Results
@@ -115,6 +115,9 @@ class Bench:
             lambda: embedded.drain(pool, s.jobs, 16),
             lambda: embedded.drain(pool, s.jobs, 16, sync=True),
             lambda: embedded.drain(pool, s.jobs, 200),
+            lambda: batches.drain(pool, s.jobs),
+            lambda: batches.write_drain(pool, s.jobs, batched=False),
+            lambda: batches.write_drain(pool, s.jobs, batched=True),
             lambda: library.drain(pool, self.dsn, s.jobs),
         )
         await self.settle()

@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar, Unpack, overload
 
-from cyclone._client import Client, Context
+from cyclone._client import BatchContext, Client, Context
 from cyclone._enqueue import insert as _insert
 from cyclone._enqueue.wakeups import (
     TrackedConnection,
@@ -20,6 +20,7 @@ from cyclone._enqueue.wakeups import (
 from cyclone._model import ports as _ports
 from cyclone._model import results as _workflows
 from cyclone._model import steps
+from cyclone._model.batches import BatchStep, ItemFailed, batch_action, batch_step
 from cyclone._model.context import Snooze
 from cyclone._model.debounce import Debounce, Throttle
 from cyclone._model.errors import (
@@ -98,6 +99,8 @@ except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path, ne
 
 __all__ = [
     "MAX_ITEMS",
+    "BatchContext",
+    "BatchStep",
     "Branch",
     "Client",
     "ConflictError",
@@ -116,6 +119,7 @@ __all__ = [
     "InvalidOptionError",
     "InvalidScheduleError",
     "InvalidStateError",
+    "ItemFailed",
     "KeyContentionError",
     "Kind",
     "KindLimits",
@@ -177,6 +181,8 @@ __all__ = [
     "WorkerInfo",
     "Workflow",
     "action",
+    "batch_action",
+    "batch_step",
     "define",
     "define_result",
     "enqueue",
@@ -257,13 +263,13 @@ async def submit_tx(
 
 
 async def enqueue_completion(
-    ctx: Context,
+    ctx: Context | BatchContext,
     client: Client,
     kind: Kind[In, Out],
     input: In,
     **options: Unpack[EnqueueOptions],
 ) -> ResultRun[Out]:
-    """Enqueue a job in the handler's completion transaction.
+    """Enqueue a job in the handler's completion transaction (a batch handler's too).
 
     The job exists only if this step's completion commits. ``client`` may be a producer-only
     client that declares ``kind`` with ``register_kind``; the row goes to the worker's database.
@@ -283,7 +289,7 @@ def _inserter(client: Client | None) -> _ports.Inserter:
 
 @overload
 async def submit_completion(
-    ctx: Context,
+    ctx: Context | BatchContext,
     client: Client,
     workflow: ResultWorkflow[In, Out],
     input: In,
@@ -291,14 +297,14 @@ async def submit_completion(
 ) -> ResultRun[Out]: ...
 @overload
 async def submit_completion(
-    ctx: Context,
+    ctx: Context | BatchContext,
     client: Client,
     workflow: Workflow[In],
     input: In,
     **options: Unpack[SubmitOptions],
 ) -> Run: ...
 async def submit_completion(
-    ctx: Context,
+    ctx: Context | BatchContext,
     client: Client,
     workflow: Workflow[In],
     input: In,

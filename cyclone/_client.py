@@ -23,6 +23,7 @@ from cyclone._enqueue.insert import Inserter, Parts
 from cyclone._enqueue.targets import InsertSettings
 from cyclone._enqueue.wakeups import TrackedConnection, track_wakeups
 from cyclone._model import codec
+from cyclone._model.batches import HandlerBatchContext
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._model.context import HandlerContext
 from cyclone._model.errors import InvalidInputError
@@ -113,6 +114,7 @@ class Client(AsyncResource):
             observers=self.observers,
             inserter=Inserter(Parts(settings, database, publisher, owner=self)),
             new_context=functools.partial(Context, self),
+            new_batch_context=functools.partial(BatchContext, self),
         )
         """The parts this client is made of, as Cyclone's own workers, handles and
         definitions use them (not a stable API: use the client's methods)."""
@@ -377,3 +379,12 @@ class Context(HandlerContext[Client]):
         """The decoded output of dependency ``node``: a node handle (``Node[Out]`` gives an
         ``Out``) or its name (untyped)."""
         return await super().output(node)
+
+
+class BatchContext(HandlerBatchContext[Client]):
+    """What a batch handler knows about its call, passed as its first argument.
+
+    ``kind``, ``queue``, ``group`` (the ``group_by`` key of its items, None without one),
+    ``attempts`` (each item's attempt, in the order of the inputs: ``run_id``, ``attempt``,
+    ``max_attempts``), ``client`` (the worker's client), and ``completion_tx()``.
+    """

@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast, overload
 
+from cyclone._model.batches import refuse_node
 from cyclone._model.errors import InvalidInputError
 from cyclone._model.maps import MapSettings, map_node
 from cyclone._model.nodes import (
@@ -101,6 +102,7 @@ class Workflow(Submittable[In]):
         """
         if not isinstance(step, Kind):
             raise InvalidInputError(f"{step!r} is not a step or kind")
+        refuse_node(step)
         check_input(f"step {step.name!r}", step.input_type, self.input_type, input)
         deps, conds = dependencies(self.name, self._nodes, after)
         return self._add(
@@ -193,6 +195,7 @@ class Workflow(Submittable[In]):
         :meth:`child`, with 10 attempts per item) and the output is the list of their
         results.
         """
+        refuse_node(step)
         settings = MapSettings(max_parallel, settle, max_items)
         where = (self.name, self._nodes, self.input_type)
         kind = cast("Kind[Any, Any] | Definition", step)

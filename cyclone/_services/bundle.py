@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cyclone._model.batches import HandlerBatchContext
 from cyclone._model.context import HandlerContext
 from cyclone._model.ports import Inserter
 from cyclone._services.database import Database
@@ -28,7 +29,8 @@ class Services:
     ``notifier``: this process's LISTEN connection, None with ``notify=False``; ``runs``:
     run reads and actions; ``observers``: metrics and traces; ``inserter``: the insert path
     that ``step.enqueue`` and ``workflow.submit`` hand their calls to; ``new_context``: makes
-    the context a worker's handler gets (its ``ctx.client`` is the client).
+    the context a worker's handler gets (its ``ctx.client`` is the client);
+    ``new_batch_context``: the same for a batch handler.
     """
 
     database: Database
@@ -38,3 +40,4 @@ class Services:
     observers: Observers
     inserter: Inserter
     new_context: Callable[..., HandlerContext[Any]]  # (attempt, **fields)
+    new_batch_context: Callable[..., HandlerBatchContext[Any]]  # (kind, queue, group, attempts)

@@ -12,7 +12,8 @@ was cancelled.)
     held (its lease kept)
       ├─> claimed ahead: first waits for its turn; handed back or lost instead, it is written
       │   without a slot, reported, and goes no further
-      └─> runs in its slot (executor.py) ─> an outcome value (outcomes.py)
+      └─> runs in its slot (executor.py; a batch kind's joins a batch: batches.py)
+            ─> an outcome value (outcomes.py)
             └─> written (completer.py): the slot frees once the outcome is buffered, or
                 once the handler's completion transaction commits
                   └─> reported (executor.py: logs, observers); its lease dropped
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cyclone._worker.ahead import Pace
+from cyclone._worker.batches import Batches
 from cyclone._worker.completer import Completer
 from cyclone._worker.executor import Executor
 from cyclone._worker.leases import LeaseKeeper
@@ -61,10 +63,17 @@ class Attempts:
     """Runs the attempts of one worker's queues: ``executor`` runs each handler,
     ``completer`` writes each outcome, ``leases`` keeps each lease until it is written."""
 
-    def __init__(self, executor: Executor, completer: Completer, leases: LeaseKeeper) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        completer: Completer,
+        leases: LeaseKeeper,
+        batches: Batches | None = None,
+    ) -> None:
         self._executor = executor
         self._completer = completer
         self._leases = leases
+        self._batches = batches  # the attempts of batch kinds join a batch instead
 
     def start(
         self,
@@ -96,6 +105,8 @@ class Attempts:
         for turn, claimed in lane.slots.waiting_in(turns):
             if self._leases.mark(claimed, reason):
                 turn.cancel()
+        if turns is None and reason == "shutdown" and self._batches is not None:
+            self._batches.stop()  # and the items waiting for their batch
 
     async def _run(self, lane: Lane, claimed: Claimed, turn: asyncio.Future[None] | None) -> None:
         """One attempt: (claimed ahead: wait for a slot) run it in a slot, hand its outcome
@@ -105,9 +116,15 @@ class Attempts:
         started = time.perf_counter()
         slot = _Slot(lane)
         try:
-            outcome = await self._executor.run(claimed)
+            if self._batches is not None and self._batches.serves(claimed.kind):
+                outcome, written = await self._batches.run(claimed, lane.slots.limit)
+            else:
+                outcome, written = await self._executor.run(claimed), None
             lane.pace.timed(time.perf_counter() - started)
-            outcome, accepted = await self._write(outcome, slot)
+            if written is None:
+                outcome, accepted = await self._write(outcome, slot)
+            else:  # a batch's completion transaction committed it, or its rejection
+                accepted = written
         except asyncio.CancelledError:  # from outside: nothing written, the lease runs out
             self._executor.report(Lost(claimed), True, started)
             raise
@@ -135,7 +152,7 @@ class Attempts:
             return outcome, True  # nothing to write: the task is no longer this attempt's
         if isinstance(outcome, Completed) and outcome.completion is not None:
             try:
-                return outcome, await self._completer.commit(outcome)  # in the slot
+                return outcome, bool(await self._completer.commit([outcome]))  # in the slot
             except CompletionAborted as exc:  # nothing was written: the attempt failed
                 outcome = self._executor.failure(outcome.claimed, exc)
         verdict = self._completer.submit(outcome)

@@ -243,21 +243,23 @@ class Completer:
 
     # A completion in the handler's own transaction
 
-    async def commit(self, outcome: Completed) -> bool:
-        """Complete inside the handler's completion transaction and commit it all together;
-        whether it was accepted.
+    async def commit(self, outcomes: Sequence[Completed]) -> Accepted:
+        """Complete inside the handlers' completion transaction (one, shared by every
+        outcome: one attempt's, or a batch's) and commit it all together, only if every
+        outcome is accepted; the attempts accepted (all of them: it committed).
 
-        A rejected completion (the attempt lost its task) rolls everything back, business
-        writes included. A connection lost before the commit raises :class:`ConnectionLost`
-        (nothing was written: the caller makes it the attempt's error); one lost during the
-        commit is settled by the record. A statement or COMMIT the server refused (the
-        handler left the transaction aborted, a deferred constraint failed) raises
+        A rejected completion (an attempt lost its task) rolls everything back, business
+        writes included; the attempts that still owned theirs are returned, uncommitted. A
+        connection lost before the commit raises :class:`ConnectionLost` (nothing was
+        written: the caller makes it the attempts' error); one lost during the commit is
+        settled by the record. A statement or COMMIT the server refused (the handler left
+        the transaction aborted, a deferred constraint failed) raises
         :class:`CompletionAborted`: the server rolled it back, so that is certain too.
         """
-        completion = outcome.completion
+        completion = outcomes[0].completion
         assert completion is not None
         try:
-            accepted, effects = await self._writes.complete(completion.connection, [outcome])
+            accepted, effects = await self._writes.complete(completion.connection, outcomes)
         except BaseException as exc:
             await asyncio.shield(completion.rollback())
             if isinstance(exc, db.RETRYABLE_ERRORS):
@@ -265,29 +267,30 @@ class Completer:
             if isinstance(exc, asyncpg.PostgresError | SchemaNotMigratedError):
                 raise aborted_completion(exc) from exc
             raise
-        if not accepted:
+        if len(accepted) < len(outcomes):
             await completion.rollback()
-            return False
+            return accepted
         try:
             await completion.commit()
         except db.RETRYABLE_ERRORS as exc:
             # The commit may have gone through before the connection failed: ask the record.
-            if not await self._committed_anyway(outcome):
+            if not await self._committed_anyway(outcomes):
                 raise lost_completion(exc) from exc
         except asyncpg.PostgresError as exc:  # refused at COMMIT: rolled back
             raise aborted_completion(exc) from exc
         effects.queues.update(completion.wakeups.take())
         self._publisher.announce(effects)
-        return True
+        return accepted
 
-    async def _committed_anyway(self, outcome: Completed) -> bool:
-        """Whether the attempt's completion is in the record, asked as often as it takes."""
+    async def _committed_anyway(self, outcomes: Sequence[Completed]) -> bool:
+        """Whether the completions are in the record (all or none: they committed together),
+        asked as often as it takes."""
         tries = 1
         while True:
             try:
                 async with self._database.borrow() as conn:
-                    found = await self._writes.confirm_completed(conn, [outcome], Effects())
-                return outcome.claimed.key in found
+                    found = await self._writes.confirm_completed(conn, outcomes, Effects())
+                return bool(found)
             except db.RETRYABLE_ERRORS as exc:
-                await self._before_next_try([outcome], exc, tries)
+                await self._before_next_try(list(outcomes), exc, tries)
                 tries += 1

@@ -94,6 +94,26 @@ class Executor:
         self._backoff = backoff
         self._leases = leases
 
+    @property
+    def steps(self) -> Mapping[str, Step[Any, Any]]:
+        """The steps it runs handlers of, by kind."""
+        return self._steps
+
+    @property
+    def database(self) -> Database:
+        """Where handlers' completion transactions are opened."""
+        return self._database
+
+    @property
+    def leases(self) -> LeaseKeeper:
+        """The lease keeper told when a handler is over."""
+        return self._leases
+
+    @property
+    def output_limit(self) -> int:
+        """The most bytes an encoded output may take."""
+        return self._output_limit
+
     async def run(self, claimed: Claimed) -> Outcome:
         """Run one attempt; its outcome. Raises only ``CancelledError`` from outside (a task
         cancelled by neither shutdown nor the lease keeper)."""
@@ -104,7 +124,7 @@ class Executor:
             ctx, make_input = self._decode(claimed, step, completion, scope)
         except msgspec.DecodeError as exc:  # ValidationError included
             self._leases.finishing(claimed)
-            return self._poisoned(claimed, exc)
+            return self.poisoned(claimed, exc)
         try:
             with self._span(claimed):
                 scope.bind()
@@ -185,7 +205,7 @@ class Executor:
         node = workflow.get_node(claimed.node.rpartition("[")[0]) if workflow else None
         return node is not None and node.is_map and bool(node.spec and node.spec["map"]["settle"])
 
-    def _poisoned(self, claimed: Claimed, exc: Exception) -> Failed:
+    def poisoned(self, claimed: Claimed, exc: Exception) -> Failed:
         """Input stored by an earlier deploy that this code cannot decode: no attempt of it
         can succeed, so the run fails at once rather than after every attempt."""
         error = InvalidInputError(
@@ -325,7 +345,7 @@ class Executor:
             else:
                 logger.warning("%s snoozed; not rescheduled: %s", c, _NOT_OWNED, extra=log)
         elif isinstance(outcome, HandedBack):
-            what = "interrupted by shutdown" if outcome.started else "claimed ahead, not started"
+            what = "interrupted by shutdown" if outcome.started else "not started yet"
             if accepted:
                 logger.info("%s %s; handed back to its queue", c, what, extra=log)
             else:

@@ -247,7 +247,7 @@ class HandedBack(Ended):
     """Shutdown cancelled the handler (or came before a task claimed ahead started): the task
     is available again at once, attempt refunded."""
 
-    started: bool = True  # False: claimed ahead, its handler never ran
+    started: bool = True  # False: claimed ahead, or waiting for its batch: no handler ran
 
 
 @dataclass(frozen=True, slots=True)

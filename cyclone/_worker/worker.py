@@ -36,6 +36,7 @@ from cyclone._storage import queries as db
 from cyclone._worker import maintenance
 from cyclone._worker.ahead import most_ahead
 from cyclone._worker.attempt import Attempts
+from cyclone._worker.batches import Batches
 from cyclone._worker.completer import Completer
 from cyclone._worker.executor import Executor
 from cyclone._worker.leases import LeaseKeeper
@@ -209,7 +210,8 @@ class Worker(AsyncResource, Generic[ClientT]):
             self.poll_interval,
             claim_ahead,
         )
-        attempts = Attempts(executor, self._completer, self._leases)
+        batches = Batches.serving(executor, self._completer, services.new_batch_context)
+        attempts = Attempts(executor, self._completer, self._leases, batches)
         self._producers = {
             name: Producer(
                 services.database,
