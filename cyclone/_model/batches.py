@@ -141,6 +141,7 @@ class BatchStep(Step[In, Out]):
         timeout = options.get("timeout")
         self.batch_handler = handler
         self.handler = self._one
+        self.is_sync = False  # a batch handler is a coroutine function
         self.timeout = None if timeout is None else seconds(timeout, what="timeout")
         if isinstance(max_size, bool) or not isinstance(max_size, int):
             raise InvalidInputError(f"max_size must be an int, not {max_size!r}")
@@ -182,7 +183,10 @@ def _batch_signature(name: str, handler: Callable[..., Any], *, action: bool) ->
     """The item input and output types of a batch handler, from its annotations:
     ``(ctx, inputs: list[In]) -> list[Out | ItemFailed]`` (an action: ``-> None``)."""
     if not inspect.iscoroutinefunction(handler):
-        raise InvalidInputError(f"the handler of batch step {name!r} must be an async function")
+        raise InvalidInputError(
+            f"the handler of batch step {name!r} must be an async function (async def); a "
+            "blocking call in it goes through await anyio.to_thread.run_sync(...)"
+        )
     params = list(inspect.signature(handler).parameters.values())
     if len(params) != 2:
         raise InvalidInputError(

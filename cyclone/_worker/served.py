@@ -17,6 +17,37 @@ logger = logging.getLogger("cyclone")
 _WARNED: set[str] = set()
 
 
+def gather(
+    steps: Sequence[Step[Any, Any]], workflows: Sequence[Workflow[Any]]
+) -> tuple[dict[str, Step[Any, Any]], dict[str, Step[Any, Any]], dict[str, Workflow[Any]]]:
+    """What a worker given ``steps`` and ``workflows`` serves: the steps given themselves,
+    every step by its name (the workflows' too), and every workflow by its name (a
+    workflow's child workflows too: its child nodes wait on them)."""
+    served: dict[str, Step[Any, Any]] = {}
+    by_name: dict[str, Workflow[Any]] = {}
+
+    def add(s: Step[Any, Any]) -> None:
+        if not isinstance(s, Step):
+            raise InvalidInputError(f"{s!r} is not a step with a handler")
+        existing = served.get(s.name)
+        if existing is not None and existing is not s:
+            raise InvalidInputError(f"two different steps are named {s.name!r}")
+        served[s.name] = s
+
+    for s in steps:
+        add(s)
+    given = dict(served)
+    for wf in [*workflows, *(child for parent in workflows for child in parent.children())]:
+        if wf.name in by_name and by_name[wf.name] is not wf:
+            raise InvalidInputError(f"two workflows named {wf.name!r}")
+        by_name[wf.name] = wf
+        for s in wf.steps():
+            add(s)
+    if not served:
+        raise InvalidInputError("a worker needs at least one step or workflow")
+    return given, served, by_name
+
+
 def check_served(
     given: Mapping[str, Step[Any, Any]],
     queues: Mapping[str, int],

@@ -45,7 +45,7 @@ from cyclone._worker.ports import ClientT, insert_parts
 from cyclone._worker.presence import DEFAULT_GRACE, PROBE_INTERVAL, Presence
 from cyclone._worker.producer import Producer
 from cyclone._worker.scheduler import Scheduler
-from cyclone._worker.served import check_served
+from cyclone._worker.served import check_served, gather
 from cyclone._worker.shutdown import finish_handlers
 from cyclone._worker.spawn import ChildSpawner
 
@@ -118,20 +118,7 @@ class Worker(AsyncResource, Generic[ClientT]):
         """The client it was given (a :class:`cyclone.Client`)."""
         services = self._services = client.services
         self.wait_for_schema = bool(wait_for_schema)
-        self._steps: dict[str, Step[Any, Any]] = {}
-        self._workflows: dict[str, Workflow[Any]] = {}
-        for s in steps:
-            self._add_step(s)
-        given = dict(self._steps)  # the steps= themselves, apart from the workflows' steps
-        # A workflow's child workflows are served with it: its child nodes wait on them.
-        for wf in [*workflows, *(child for parent in workflows for child in parent.children())]:
-            if wf.name in self._workflows and self._workflows[wf.name] is not wf:
-                raise InvalidInputError(f"two workflows named {wf.name!r}")
-            self._workflows[wf.name] = wf
-            for s in wf.steps():
-                self._add_step(s)
-        if not self._steps:
-            raise InvalidInputError("a worker needs at least one step or workflow")
+        given, self._steps, self._workflows = gather(steps, workflows)
         if queues is None:
             queues = {s.queue: DEFAULT_CONCURRENCY for s in self._steps.values()}
         self._queues = {  # queue name to its limit
@@ -240,14 +227,6 @@ class Worker(AsyncResource, Generic[ClientT]):
             workflows=self._workflows,
             worker_id=self.id,
         )
-
-    def _add_step(self, s: Step[Any, Any]) -> None:
-        if not isinstance(s, Step):
-            raise InvalidInputError(f"{s!r} is not a step with a handler")
-        existing = self._steps.get(s.name)
-        if existing is not None and existing is not s:
-            raise InvalidInputError(f"two different steps are named {s.name!r}")
-        self._steps[s.name] = s
 
     def __repr__(self) -> str:
         return f"<cyclone.Worker {self.id} queues={sorted(self._queues)}>"
