@@ -34,6 +34,7 @@ from cyclone._model.errors import (
     InvalidScheduleError,
     InvalidStateError,
     KeyContentionError,
+    KeyringError,
     LifecycleError,
     NoOutputError,
     NotFoundError,
@@ -71,6 +72,7 @@ from cyclone._model.handles import (
     UnservedWork,
     WorkerInfo,
 )
+from cyclone._model.keyring import Keyring
 from cyclone._model.nodes import MAX_ITEMS, Branch, Node
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
 from cyclone._model.ports import Tx
@@ -118,6 +120,8 @@ __all__ = [
     "InvalidScheduleError",
     "InvalidStateError",
     "KeyContentionError",
+    "Keyring",
+    "KeyringError",
     "Kind",
     "KindLimits",
     "LifecycleError",

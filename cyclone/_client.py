@@ -37,6 +37,7 @@ from cyclone._model.handles import (
     Throughput,
     WorkerInfo,
 )
+from cyclone._model.keyring import Keyring
 from cyclone._model.keys import validate_name
 from cyclone._model.options import seconds, validate_int
 from cyclone._model.wakeups import Wakeups
@@ -75,6 +76,8 @@ class Client(AsyncResource):
     client delete terminal runs once they are old enough. ``listen_dsn`` is where the LISTEN
     connection goes (default: the pool's own connect arguments): a DSN straight to PostgreSQL
     when the pool goes through PgBouncer in transaction mode, which cannot keep a LISTEN.
+    ``cipher`` (a :class:`Keyring`) seals inputs, outputs, signal payloads and error messages
+    at rest and opens them on read (docs/encryption.md).
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class Client(AsyncResource):
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         output_limit: int = DEFAULT_PAYLOAD_LIMIT,
         listen_dsn: str | None = None,
+        cipher: Keyring | None = None,
     ) -> None:
         if not isinstance(pool, asyncpg.Pool):
             raise InvalidInputError(f"Client needs an asyncpg.Pool, got {type(pool).__name__}")
@@ -105,14 +109,17 @@ class Client(AsyncResource):
         if listen_dsn is not None and (not isinstance(listen_dsn, str) or not self.notify):
             raise InvalidInputError("listen_dsn must be a DSN (str), and needs notify=True")
         self.listen_dsn = listen_dsn
+        if cipher is not None and not isinstance(cipher, Keyring):
+            raise InvalidInputError("cipher must be a cyclone.Keyring (or None)")
+        self.cipher = cipher
         self.observers = Observers()
         database = Database(pool, self._queries, listens=self.notify and listen_dsn is None)
         notifier = Notifier(pool, self._channel, listen_dsn=listen_dsn) if self.notify else None
         publisher = Publisher(
             database, self._channel, coalesce=self.notify_coalesce, notifier=notifier
         )
-        runs = Runs(database, publisher, notifier)
-        settings = InsertSettings(self._queries, self.payload_limit, self.observers)
+        runs = Runs(database, publisher, notifier, cipher)
+        settings = InsertSettings(self._queries, self.payload_limit, self.observers, cipher)
         self.services = Services(
             database=database,
             publisher=publisher,
@@ -327,6 +334,8 @@ class Client(AsyncResource):
         """
         validate_name(node, what="node")
         encoded = codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
+        if self.cipher is not None:
+            encoded = self.cipher.seal(encoded)
         await self.services.runs.signal(run_id, node, encoded)
 
     # Read models for dashboards (cyclone.web)

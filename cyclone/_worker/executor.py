@@ -27,7 +27,8 @@ import msgspec
 
 from cyclone._model import codec
 from cyclone._model.context import HandlerContext, HandlerScope, Snooze
-from cyclone._model.errors import InvalidInputError
+from cyclone._model.errors import InvalidInputError, KeyringError
+from cyclone._model.keyring import Keyring, reveal
 from cyclone._model.steps import Step
 from cyclone._services.database import Database
 from cyclone._services.observe import Observers
@@ -76,11 +77,13 @@ class Executor:
         backoff: Callable[[int], float],
         leases: LeaseKeeper,
         output_limit: int,
+        cipher: Keyring | None = None,
         observers: Observers,
         new_context: Callable[..., HandlerContext[Any]],
     ) -> None:
         self._database = database
         self._output_limit = output_limit
+        self._cipher = cipher
         self._observers = observers
         self._new_context = new_context
         self._steps = steps
@@ -101,6 +104,9 @@ class Executor:
         except msgspec.DecodeError as exc:  # ValidationError included
             self._leases.finishing(claimed)
             return self._poisoned(claimed, exc)
+        except KeyringError as exc:  # sealed with a key this worker lacks: a deploy may add it
+            self._leases.finishing(claimed)
+            return self.failure(claimed, exc)
         try:
             with self._span(claimed):
                 scope.bind()
@@ -122,6 +128,8 @@ class Executor:
                 what=f"output of step {step.name!r}",
                 limit=self._output_limit,
             )
+            if self._cipher is not None:
+                output = self._cipher.seal(output)
         except Snooze as snooze:
             await completion.rollback()
             return Snoozed(claimed, snooze.delay)
@@ -148,7 +156,7 @@ class Executor:
     ) -> Retry | Failed:
         """A failed attempt: a retry after the backoff while attempts are left."""
         kind = "Timeout" if timeout else None
-        error = error_record(claimed, exc, kind=kind)
+        error = error_record(claimed, exc, kind=kind, cipher=self._cipher)
         if timeout:
             what = f"timed out after {self._steps[claimed.kind].timeout:g} s"
         else:
@@ -167,7 +175,7 @@ class Executor:
             "then retry the run (run.retry_all()), or cancel it"
         )
         error.__cause__ = exc
-        record = error_record(claimed, error)
+        record = error_record(claimed, error, cipher=self._cipher)
         what = f"failed: InvalidInputError: {error}"
         return Failed(claimed, record, error, what, reason="no attempt can decode its input")
 
@@ -182,11 +190,14 @@ class Executor:
         what the node's input function makes of the workflow input and dependency outputs
         (user code, so it runs where the handler does).
 
-        Raises msgspec's errors when a stored payload does not decode as its type.
+        Raises msgspec's errors when a stored payload does not decode as its type, and
+        :class:`KeyringError` when it is sealed with a key this worker's client lacks.
         """
+        cipher = self._cipher
         outputs: dict[str, Any] = {}
-        if claimed.deps is not None:
-            outputs = codec.decode(claimed.deps, dict[str, msgspec.Raw])
+        if claimed.deps is not None:  # each dependency's output is sealed on its own
+            outputs = codec.decode(reveal(cipher, claimed.deps), dict[str, msgspec.Raw])
+        stored = reveal(cipher, claimed.input)
         workflow = self._workflows.get(claimed.run_name) if claimed.node is not None else None
         node = workflow.get_node(claimed.node) if workflow and claimed.node else None
         output_types = self._output_types[workflow.name] if workflow else None
@@ -199,14 +210,14 @@ class Executor:
         )
         if node is not None and node.input_fn is not None:
             assert workflow is not None and output_types is not None
-            wf_input = codec.decode(claimed.input, workflow.input_type)
+            wf_input = codec.decode(stored, workflow.input_type)
             decoded = {
                 name: codec.decode(bytes(raw), output_types.get(name, Any))
                 for name, raw in outputs.items()
             }
             input_fn = node.input_fn
             return ctx, lambda: input_fn(wf_input, decoded)
-        value = codec.decode(claimed.input, step.input_type)
+        value = codec.decode(stored, step.input_type)
         return ctx, lambda: value
 
     def _span(self, claimed: Claimed) -> contextlib.AbstractContextManager[None]:

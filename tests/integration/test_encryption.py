@@ -1,0 +1,222 @@
+"""Sealed payloads: what is stored, what workers and readers get back, submit_once's rule
+under sealing, and rotation while workers run."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import pytest
+
+import cyclone
+from cyclone.testing.plugin import CycloneEnv
+from tests.conftest import fast_worker
+
+OLD = cyclone.Keyring.generate_key()
+NEW = cyclone.Keyring.generate_key()
+SECRET = "card-4242-secret"
+
+
+class Card(msgspec.Struct):
+    holder: str
+    number: str
+
+
+@cyclone.step("sealed.charge")
+async def charge(ctx: cyclone.Context, card: Card) -> dict[str, str]:
+    return {"charged": card.number}
+
+
+@cyclone.step("sealed.refuse", max_attempts=1)
+async def refuse(ctx: cyclone.Context, card: Card) -> None:
+    raise RuntimeError(f"declined {card.number}")
+
+
+@cyclone.step("sealed.receipt")
+async def receipt(ctx: cyclone.Context, card: Card) -> str:
+    charged = await ctx.output("sealed.charge")
+    return f"{card.holder}: {charged['charged']}"
+
+
+@cyclone.step("sealed.total")
+async def total(ctx: cyclone.Context, amounts: list[int]) -> int:
+    return sum(amounts)
+
+
+@cyclone.step("sealed.double")
+async def double(ctx: cyclone.Context, amount: int) -> int:
+    return amount * 2
+
+
+@cyclone.step("sealed.echo")
+async def echo(ctx: cyclone.Context, value: Any) -> Any:
+    return value
+
+
+# A workflow with a node output read through ctx.output and an input function, a wait node
+# whose signal payload becomes its output, and a map node whose items are a sealed list.
+billing = cyclone.define_result("sealed.billing", Card, str)
+c = billing.node(charge)
+approval = billing.wait("approval", after=[c])
+r = billing.node(receipt, after=[c, approval])
+totals = billing.node(
+    total, name="total", after=[approval], input=lambda card, outs: outs["approval"]
+)
+billing.set_result(r)
+
+doubling = cyclone.define_result("sealed.doubling", list[int], list[int])
+doubling.set_result(doubling.map(double))
+
+
+def ring(*ids: str) -> cyclone.Keyring:
+    keys = {"old": OLD, "new": NEW}
+    return cyclone.Keyring({i: keys[i] for i in ids}, current=ids[0])
+
+
+@contextlib.asynccontextmanager
+async def client_with(
+    env: CycloneEnv, keyring: cyclone.Keyring | None
+) -> AsyncIterator[cyclone.Client]:
+    async with cyclone.Client(env.pool, cipher=keyring) as client:
+        yield client
+
+
+async def raw(env: CycloneEnv, sql: str, *args: Any) -> str:
+    """Every payload column a query returns, as text, for looking for plaintext."""
+    rows = await env.pool.fetch(sql, *args)
+    return " ".join(str(v) for row in rows for v in row.values())
+
+
+async def all_payloads(env: CycloneEnv) -> str:
+    return " ".join(
+        [
+            await raw(env, "SELECT input, output, error, errors FROM public.cyclone_runs"),
+            await raw(env, "SELECT input, output, signal, errors FROM public.cyclone_steps"),
+            await raw(env, "SELECT input, errors FROM public.cyclone_tasks"),
+        ]
+    )
+
+
+async def test_a_job_round_trips_and_is_ciphertext_at_rest(cyclone_env: CycloneEnv) -> None:
+    async with client_with(cyclone_env, ring("new")) as client:
+        run = await charge.enqueue(client, Card("Ada", SECRET))
+        many = await charge.enqueue_many(client, [Card("Bo", "b-1"), Card("Cy", "c-2")])
+        stored = await all_payloads(cyclone_env)
+        assert SECRET not in stored and "Ada" not in stored and "b-1" not in stored
+        assert '"$cyclone.sealed": "new"' in stored
+        async with fast_worker(client, steps=[charge]):
+            assert await run.result(timeout=30) == {"charged": SECRET}
+            assert [await m.result(timeout=30) for m in many] == [
+                {"charged": "b-1"},
+                {"charged": "c-2"},
+            ]
+        assert SECRET not in await all_payloads(cyclone_env)
+        info = await run.info()
+        assert info.input == {"holder": "Ada", "number": SECRET}
+        assert info.output == {"charged": SECRET}
+
+
+async def test_a_workflow_with_outputs_signal_and_map(cyclone_env: CycloneEnv) -> None:
+    async with client_with(cyclone_env, ring("new")) as client:
+        run = await billing.submit(client, Card("Ada", SECRET))
+        mapped = await doubling.submit(client, [1, 2, 3])
+        await client.signal(run.id, "approval", [10, 20, 12])  # kept until it is reached
+        async with fast_worker(client, workflows=[billing, doubling]):
+            assert await run.result(timeout=30) == f"Ada: {SECRET}"
+            assert await mapped.result(timeout=30) == [2, 4, 6]
+        payloads = await run.payloads()
+        assert payloads.nodes["approval"].signal == [10, 20, 12]
+        assert payloads.nodes["total"].output == 42
+        stored = await all_payloads(cyclone_env)
+        assert SECRET not in stored and "42" not in stored
+        # A list is sealed item by item: map nodes split it in the database.
+        assert (
+            await cyclone_env.pool.fetchval(
+                "SELECT jsonb_array_length(input) FROM public.cyclone_runs WHERE id = $1",
+                mapped.id,
+            )
+            == 3
+        )
+
+
+async def test_error_messages_and_tracebacks_are_sealed(cyclone_env: CycloneEnv) -> None:
+    async with client_with(cyclone_env, ring("new")) as client:
+        run = await refuse.enqueue(client, Card("Ada", SECRET))
+        async with fast_worker(client, steps=[refuse]):
+            assert await run.wait(timeout=30) == cyclone.RunState.FAILED
+        stored = await all_payloads(cyclone_env)
+        assert SECRET not in stored
+        assert "RuntimeError" in stored  # the error type stays clear
+        info = await run.info()
+        assert info.error is not None and f"declined {SECRET}" in info.error["message"]
+        with pytest.raises(cyclone.RunFailedError) as failed:
+            await run.result(timeout=30)
+        assert failed.value is not None
+    async with client_with(cyclone_env, None) as bare:
+        info = await (await bare.get_run(run.id)).info()
+        assert info.error is not None and info.error["message"] == "<encrypted with key new>"
+
+
+async def test_plaintext_rows_from_before_still_read(cyclone_env: CycloneEnv) -> None:
+    async with client_with(cyclone_env, None) as plain:
+        run = await charge.enqueue(plain, Card("Ada", SECRET))
+    async with client_with(cyclone_env, ring("new")) as client:
+        handle = await client.get_run(run.id, dict)
+        async with fast_worker(client, steps=[charge]):
+            assert await handle.result(timeout=30) == {"charged": SECRET}
+        assert (await handle.info()).input == {"holder": "Ada", "number": SECRET}
+        # Its output was written after: sealed.
+        assert SECRET not in await raw(cyclone_env, "SELECT output FROM public.cyclone_runs")
+
+
+async def test_a_client_without_the_key_gets_a_clear_error(cyclone_env: CycloneEnv) -> None:
+    async with client_with(cyclone_env, ring("new")) as sealed:
+        run = await echo.enqueue(sealed, {"secret": SECRET})
+    async with client_with(cyclone_env, ring("old")) as wrong:
+        # A worker without the key fails the attempt with the reason, and does not loop.
+        async with fast_worker(wrong, steps=[echo]):
+            assert await run.wait(timeout=30) == cyclone.RunState.FAILED
+        # Read by the worker's client: its error message is sealed with its own key.
+        info = await (await wrong.get_run(run.id)).info()
+        assert info.error is not None and info.error["type"] == "KeyringError"
+        assert "'new'" in info.error["message"] and "add that key" in info.error["message"]
+        assert info.input == "<encrypted with key new>"
+    async with client_with(cyclone_env, ring("new")) as sealed:
+        done = await echo.enqueue(sealed, {"secret": SECRET})
+        async with fast_worker(sealed, steps=[echo]):
+            await done.wait(timeout=30)
+    async with client_with(cyclone_env, None) as bare:
+        handle = await bare.get_run(done.id, dict)
+        with pytest.raises(cyclone.KeyringError, match="no keyring"):
+            await handle.result(timeout=30)
+
+
+async def test_submit_once_compares_opened_inputs(cyclone_env: CycloneEnv) -> None:
+    async with client_with(cyclone_env, ring("old")) as first:
+        run, created = await billing.submit_once(first, "k", Card("Ada", SECRET))
+        assert created
+        again, created = await billing.submit_once(first, "k", Card("Ada", SECRET))
+        assert (again.id, created) == (run.id, False)
+        with pytest.raises(cyclone.SubmitConflictError) as conflict:
+            await billing.submit_once(first, "k", Card("Ada", "other"))
+        assert conflict.value.run_id == run.id
+    # After a rotation to a new key, the old run's input still compares.
+    async with client_with(cyclone_env, ring("new", "old")) as rotated:
+        again, created = await billing.submit_once(rotated, "k", Card("Ada", SECRET))
+        assert (again.id, created) == (run.id, False)
+        with pytest.raises(cyclone.SubmitConflictError):
+            await billing.submit_once(rotated, "k", Card("Bo", SECRET))
+    # A run stored in the clear before sealing was turned on compares too.
+    async with client_with(cyclone_env, None) as plain:
+        clear, _ = await billing.submit_once(plain, "clear", Card("Ada", SECRET))
+    async with client_with(cyclone_env, ring("new")) as sealed:
+        again, created = await billing.submit_once(sealed, "clear", Card("Ada", SECRET))
+        assert (again.id, created) == (clear.id, False)
+        with pytest.raises(cyclone.SubmitConflictError):
+            await billing.submit_once(sealed, "clear", Card("Bo", SECRET))
+    # Without the key, a sealed run's input cannot be compared: the error says why.
+    async with client_with(cyclone_env, None) as bare:
+        with pytest.raises(cyclone.KeyringError):
+            await billing.submit_once(bare, "k", Card("Ada", SECRET))
