@@ -85,6 +85,7 @@ from cyclone._model.settled import Settled
 from cyclone._model.steps import Kind, Step, action, register_kind, step
 from cyclone._model.wakeups import Wakeups
 from cyclone._model.workflows import Workflow
+from cyclone._services.keys import Keys
 from cyclone._services.observe import Observer
 from cyclone._services.queues import KindLimits, QueueLimits, Queues, QueueSettings
 from cyclone._services.runs import Retention
@@ -122,6 +123,7 @@ __all__ = [
     "KeyContentionError",
     "Keyring",
     "KeyringError",
+    "Keys",
     "Kind",
     "KindLimits",
     "LifecycleError",

@@ -37,7 +37,7 @@ from cyclone._model.handles import (
     Throughput,
     WorkerInfo,
 )
-from cyclone._model.keyring import Keyring
+from cyclone._model.keyring import Keyring, checked_keyring
 from cyclone._model.keys import validate_name
 from cyclone._model.options import seconds, validate_int
 from cyclone._model.wakeups import Wakeups
@@ -45,6 +45,7 @@ from cyclone._services import migrator, stats
 from cyclone._services.bundle import Services
 from cyclone._services.database import Database
 from cyclone._services.explain import explain
+from cyclone._services.keys import Keys
 from cyclone._services.notifier import Notifier
 from cyclone._services.observe import Observer, Observers
 from cyclone._services.publisher import Publisher
@@ -109,9 +110,7 @@ class Client(AsyncResource):
         if listen_dsn is not None and (not isinstance(listen_dsn, str) or not self.notify):
             raise InvalidInputError("listen_dsn must be a DSN (str), and needs notify=True")
         self.listen_dsn = listen_dsn
-        if cipher is not None and not isinstance(cipher, Keyring):
-            raise InvalidInputError("cipher must be a cyclone.Keyring (or None)")
-        self.cipher = cipher
+        self.cipher = checked_keyring(cipher)
         self.observers = Observers()
         database = Database(pool, self._queries, listens=self.notify and listen_dsn is None)
         notifier = Notifier(pool, self._channel, listen_dsn=listen_dsn) if self.notify else None
@@ -185,6 +184,11 @@ class Client(AsyncResource):
         """Flow control: pause and resume queues, and set the concurrency and rate limits
         every worker's claim obeys (docs/flow-control.md)."""
         return Queues(self.services.database, self.services.publisher)
+
+    @property
+    def keys(self) -> Keys:
+        """The keys of sealed payloads: values per key id, rotation (docs/encryption.md)."""
+        return Keys(self.services.database, self.cipher)
 
     @property
     def schedules(self) -> Schedules:

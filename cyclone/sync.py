@@ -29,7 +29,7 @@ from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._model.errors import InvalidInputError
 from cyclone._model.handles import RunInfo, RunPage, RunQuery, RunState
-from cyclone._model.keyring import Keyring
+from cyclone._model.keyring import Keyring, checked_keyring
 from cyclone._model.keys import validate_key, validate_name
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions, validate_int
 from cyclone._model.results import ResultWorkflow
@@ -136,9 +136,7 @@ class Client:
         self.schema = schema
         self._channel = f"cyclone_{schema}"
         self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
-        if cipher is not None and not isinstance(cipher, Keyring):
-            raise InvalidInputError("cipher must be a cyclone.Keyring (or None)")
-        self.cipher = cipher
+        self.cipher = checked_keyring(cipher)
         """The keyring that seals payloads at rest (as ``cyclone.Client``'s), or None."""
         self.observers = Observers()
         self._settings = InsertSettings(self._queries, self.payload_limit, self.observers, cipher)

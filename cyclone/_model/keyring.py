@@ -146,6 +146,27 @@ class Keyring:
         b64 = base64.b64encode(nonce + sealed).decode("ascii")
         return f'{{"{MARKER}":"{key_id}","data":"{b64}"}}'
 
+    def reseal(self, text: str) -> str:
+        """``text`` with each value sealed with another key sealed again with the current
+        one, in place: the structure around the values (an error record's clear fields, a
+        map's list) stays as it is."""
+        if not is_sealed(text):
+            return text
+        return _encoder.encode(self._resealed(_any.decode(text))).decode("utf-8")
+
+    def _resealed(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            if _is_envelope(value):
+                if value[MARKER] == self.current:
+                    return value
+                data = self.open_envelope(value, redact=False)
+                assert data is not None  # without redact, a missing key raises
+                return _any.decode(self._seal_one(data))
+            return {k: self._resealed(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._resealed(v) for v in value]
+        return value
+
     def open(self, text: str, *, redact: bool = False) -> str:
         return reveal(self, text, redact=redact)
 
@@ -226,6 +247,15 @@ def _walk(keyring: Keyring | None, value: Any, redact: bool) -> Any:
     if isinstance(value, list):
         return [_walk(keyring, v, redact) for v in value]
     return value
+
+
+def checked_keyring(cipher: object) -> Keyring | None:
+    """A client's ``cipher=`` argument, checked."""
+    if cipher is not None and not isinstance(cipher, Keyring):
+        raise InvalidOptionError(
+            f"cipher must be a cyclone.Keyring or None, got {type(cipher).__name__}"
+        )
+    return cipher
 
 
 def _checked_id(key_id: object) -> str:
