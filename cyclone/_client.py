@@ -329,7 +329,7 @@ class Client(AsyncResource):
                 f"explain() takes a cyclone.Run or a uuid.UUID, got {type(run).__name__}: "
                 f"pass uuid.UUID(text) for a run id in text"
             )
-        return await explain(self.services.database, run_id)
+        return await explain(self.services.database, run_id, self.cipher)
 
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output.

@@ -153,12 +153,15 @@ async def test_error_messages_and_tracebacks_are_sealed(cyclone_env: CycloneEnv)
         assert "RuntimeError" in stored  # the error type stays clear
         info = await run.info()
         assert info.error is not None and f"declined {SECRET}" in info.error["message"]
-        with pytest.raises(cyclone.RunFailedError) as failed:
+        with pytest.raises(cyclone.RunFailedError, match=f"declined {SECRET}"):
             await run.result(timeout=30)
-        assert failed.value is not None
+        (why,) = (await client.explain(run.id)).reasons
+        assert f"RuntimeError: declined {SECRET}" in why.message
     async with client_with(cyclone_env, None) as bare:
         info = await (await bare.get_run(run.id)).info()
         assert info.error is not None and info.error["message"] == "<encrypted with key new>"
+        (why,) = (await bare.explain(run.id)).reasons
+        assert "RuntimeError: <encrypted with key new>" in why.message
 
 
 async def test_plaintext_rows_from_before_still_read(cyclone_env: CycloneEnv) -> None:
