@@ -194,7 +194,7 @@ class Client(AsyncResource):
     def schedules(self) -> Schedules:
         """The schedules stored in this schema: list, pause, resume, trigger now, and create,
         update or delete dynamic ones (docs/schedules.md)."""
-        return Schedules(self.services.database, self.services.publisher)
+        return Schedules(self.services.database, self.services.publisher, self.cipher)
 
     # Wakeups
 

@@ -237,7 +237,7 @@ class DatabaseTarget:
             # A branch compares its parent's stored output with its value in SQL: a sealed
             # output never equals it, so the branch would silently never be taken.
             raise InvalidInputError(
-                f"workflow {plan.name!r} has branches (when=...), which compare outputs in "
+                f"workflow {plan.name!r} has branches (node.when(...)), which compare outputs in "
                 "the database and cannot work on sealed outputs: branch in the handler "
                 "instead, or submit it with a client without a keyring"
             )

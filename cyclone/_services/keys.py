@@ -44,6 +44,7 @@ _TABLES = (
         ("input", "output", "signal", "errors"),
     ),
     _Table(db.task_sealed_pick, db.task_sealed_write, ("run_id", "id"), ("input", "errors")),
+    _Table(db.schedule_sealed_pick, db.schedule_sealed_write, ("name",), ("input",)),
 )
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import fast_worker
+from tests.conftest import count_rows, fast_worker
 
 OLD = cyclone.Keyring.generate_key()
 NEW = cyclone.Keyring.generate_key()
@@ -279,3 +279,43 @@ async def test_keys_without_a_keyring(cyclone_env: CycloneEnv) -> None:
         assert await bare.keys.count() == {}
         with pytest.raises(cyclone.KeyringError, match="needs a keyring"):
             await bare.keys.rotate()
+
+
+NIGHTLY: list[Any] = []
+FIRED = asyncio.Event()
+
+
+@cyclone.step("sealed.nightly")
+async def nightly(ctx: cyclone.Context, value: dict[str, str]) -> None:
+    NIGHTLY.append(value)
+    FIRED.set()
+
+
+async def test_a_dynamic_schedule_input_is_sealed(cyclone_env: CycloneEnv) -> None:
+    global FIRED
+    FIRED = asyncio.Event()
+    NIGHTLY.clear()
+    async with client_with(cyclone_env, ring("old")) as before:
+        s = cyclone.schedule("sealed.nightly", nightly, cron="@yearly", input={"s": SECRET})
+        await before.schedules.create(s)
+    stored = await raw(cyclone_env, "SELECT input FROM public.cyclone_schedules")
+    assert SECRET not in stored and '"$cyclone.sealed": "old"' in stored
+    async with client_with(cyclone_env, ring("new", "old")) as client:
+        assert await client.keys.rotate() == 1
+        assert await client.keys.count() == {"new": 1}
+        async with fast_worker(client, steps=[nightly]):
+            await client.schedules.trigger(s.name)
+            await asyncio.wait_for(FIRED.wait(), 30)
+    assert NIGHTLY == [{"s": SECRET}]
+
+
+branching = cyclone.define("sealed.branching", Card)
+first = branching.node(charge)
+branching.node(receipt, after=[first.when({"charged": "x"})])
+
+
+async def test_branches_are_refused_before_anything_is_written(cyclone_env: CycloneEnv) -> None:
+    async with client_with(cyclone_env, ring("new")) as client:
+        with pytest.raises(cyclone.InvalidInputError, match=r"branches .* sealed outputs"):
+            await branching.submit(client, Card("Ada", SECRET))
+    assert await count_rows(cyclone_env, "cyclone_runs") == 0

@@ -70,6 +70,8 @@ from cyclone._storage.queries.insert import (
 from cyclone._storage.queries.keys import (
     run_sealed_pick,
     run_sealed_write,
+    schedule_sealed_pick,
+    schedule_sealed_write,
     sealed_count,
     step_sealed_pick,
     step_sealed_write,
@@ -224,6 +226,8 @@ __all__ = [
     "schedule_lock",
     "schedule_next_due",
     "schedule_refresh",
+    "schedule_sealed_pick",
+    "schedule_sealed_write",
     "schedule_set_paused",
     "schedule_trigger",
     "schedule_update",

@@ -86,3 +86,18 @@ async def task_sealed_write(
     await execute(
         conn, q, "task_sealed_write", run_ids=keys[0], ids=keys[1], inputs=inputs, errors=errors
     )
+
+
+async def schedule_sealed_pick(
+    conn: Conn, q: Queries, current: str, after: str, batch: int
+) -> list[Record]:
+    """Lock up to ``batch`` schedules past the ctid ``after`` whose input has another key."""
+    return await fetch(conn, q, "schedule_sealed_pick", current=current, after=after, batch=batch)
+
+
+async def schedule_sealed_write(
+    conn: Conn, q: Queries, names: Sequence[str], columns: Sequence[Sequence[str | None]]
+) -> None:
+    """Write the picked schedules' ``columns`` (inputs)."""
+    (inputs,) = columns
+    await execute(conn, q, "schedule_sealed_write", names=names, inputs=inputs)

@@ -15,7 +15,9 @@ FROM (SELECT jsonb_build_array(input, output, error, errors) AS p
       UNION ALL
       SELECT jsonb_build_array(input, output, signal, errors) FROM __schema__.cyclone_steps
       UNION ALL
-      SELECT jsonb_build_array(input, errors) FROM __schema__.cyclone_tasks) t,
+      SELECT jsonb_build_array(input, errors) FROM __schema__.cyclone_tasks
+      UNION ALL
+      SELECT jsonb_build_array(input) FROM __schema__.cyclone_schedules) t,
      jsonb_path_query(t.p, 'strict $.**."$cyclone.sealed"') AS k
 GROUP BY 1 ORDER BY 1;
 
@@ -84,3 +86,20 @@ SET input = d.input::jsonb, errors = d.errors::jsonb
 FROM unnest(:run_ids::uuid[], :ids::bigint[], :inputs::text[], :errors::text[])
     AS d (run_id, id, input, errors)
 WHERE t.run_id = d.run_id AND t.id = d.id;
+
+-- name: schedule_sealed_pick(current, after, batch)
+-- needs: 0009
+-- As run_sealed_pick, for stored schedules' inputs.
+SELECT s.ctid::text AS cursor, s.name, s.input::text AS input
+FROM __schema__.cyclone_schedules s
+WHERE s.ctid > :after::text::tid
+  AND jsonb_path_exists(s.input, 'strict $.** ? (@."$cyclone.sealed" != $k)',
+                        jsonb_build_object('k', :current::text))
+ORDER BY s.ctid LIMIT :batch
+FOR UPDATE SKIP LOCKED;
+
+-- name: schedule_sealed_write(names, inputs)
+-- needs: 0009
+UPDATE __schema__.cyclone_schedules s SET input = d.input::jsonb
+FROM unnest(:names::text[], :inputs::text[]) AS d (name, input)
+WHERE s.name = d.name;
