@@ -319,3 +319,72 @@ async def test_branches_are_refused_before_anything_is_written(cyclone_env: Cycl
         with pytest.raises(cyclone.InvalidInputError, match=r"branches .* sealed outputs"):
             await branching.submit(client, Card("Ada", SECRET))
     assert await count_rows(cyclone_env, "cyclone_runs") == 0
+
+
+inner = cyclone.define_result("sealed.inner", Card, dict[str, str])
+inner.set_result(inner.node(charge))
+outer = cyclone.define_result("sealed.outer", Card, dict[str, str])
+outer.set_result(outer.child(inner, name="pay"))
+
+
+@cyclone.step("sealed.odd_fails", max_attempts=1)
+async def odd_fails(ctx: cyclone.Context, n: int) -> int:
+    if n % 2:
+        raise ValueError(f"odd {n}")
+    return n * 10
+
+
+settling = cyclone.define_result("sealed.settling", list[int], list[cyclone.Settled[int]])
+settling.set_result(settling.map(odd_fails, settle=True))
+
+
+async def test_child_runs_and_settled_maps(cyclone_env: CycloneEnv) -> None:
+    async with client_with(cyclone_env, ring("new")) as client:
+        run = await outer.submit(client, Card("Ada", SECRET))
+        settled = await settling.submit(client, [1, 2])
+        async with fast_worker(client, workflows=[outer, settling]):  # serves the child too
+            assert await run.result(timeout=30) == {"charged": SECRET}
+            items = await settled.result(timeout=30)
+        assert items[1].value == 20 and items[0].error is not None
+        assert "odd 1" in items[0].error["message"]
+        kid = await raw(
+            cyclone_env, "SELECT input FROM public.cyclone_runs WHERE parent_run = $1", run.id
+        )
+        assert '"$cyclone.sealed": "new"' in kid
+        assert SECRET not in await all_payloads(cyclone_env)
+        assert "odd 1" not in await all_payloads(cyclone_env)
+
+
+async def test_the_sync_client_seals_and_opens(cyclone_env: CycloneEnv) -> None:
+    import psycopg_pool
+
+    import cyclone.sync
+
+    def write(pool: psycopg_pool.ConnectionPool) -> cyclone.sync.ResultRun[Any]:
+        client = cyclone.sync.Client(pool, cipher=ring("new"))
+        job = client.enqueue(charge, Card("Ada", SECRET))
+        run, created = client.submit_once(billing, "sync", Card("Ada", SECRET))
+        again, created_again = client.submit_once(billing, "sync", Card("Ada", SECRET))
+        assert created and not created_again and again.id == run.id
+        with pytest.raises(cyclone.SubmitConflictError):
+            client.submit_once(billing, "sync", Card("Bo", SECRET))
+        client.signal(run.id, "approval", {"pin": SECRET})
+        return job
+
+    with psycopg_pool.ConnectionPool(cyclone_env.dsn, min_size=1, max_size=2) as pool:
+        job = await asyncio.to_thread(write, pool)
+        rows = await cyclone_env.pool.fetch(
+            "SELECT input::text FROM cyclone_runs UNION ALL "
+            "SELECT signal::text FROM cyclone_steps WHERE signal IS NOT NULL"
+        )
+        assert len(rows) == 3
+        assert all(SECRET not in r[0] and "$cyclone.sealed" in r[0] for r in rows)
+        async with (
+            client_with(cyclone_env, ring("new")) as client,
+            fast_worker(client, steps=[charge]),
+        ):
+            await (await client.get_run(job.id)).wait(timeout=30)
+        assert await asyncio.to_thread(job.result, 30) == {"charged": SECRET}
+        bare = cyclone.sync.Client(pool).get_run(job.id, dict)
+        with pytest.raises(cyclone.KeyringError):
+            await asyncio.to_thread(bare.result, 30)
