@@ -60,9 +60,9 @@ def redacted(key_id: str) -> str:
 
 
 class Keyring:
-    """The keys that seal and open payloads at rest: ``current`` seals every write, all of
-    them open reads, so older keys stay until :meth:`Client.rotate_keys` re-seals what they
-    hold.
+    """The keys that seal and open payloads at rest (``cyclone.Client(pool, cipher=...)``):
+    ``current`` seals every write, all of them open reads, so an older key stays until
+    ``client.keys.rotate()`` has re-sealed what it holds (docs/encryption.md).
 
     ``keys`` maps a key id (letters, digits, ``.``, ``_``, ``-``; at most 64 characters) to a
     32-byte key, as bytes or as the base64 text :meth:`generate_key` gives. Key ids are
@@ -133,8 +133,8 @@ class Keyring:
             return "[" + ",".join(self._seal_one(bytes(item)) for item in items) + "]"
         return self._seal_one(text.encode("utf-8"))
 
+    # A JSON array of separate payloads (a batch of job inputs), each sealed.
     def seal_each(self, text: str) -> str:
-        """A JSON array of separate payloads (a batch of job inputs), each sealed."""
         return "[" + ",".join(self.seal(bytes(i).decode()) for i in _raw_list.decode(text)) + "]"
 
     def _seal_one(self, data: bytes) -> str:
@@ -146,10 +146,10 @@ class Keyring:
         b64 = base64.b64encode(nonce + sealed).decode("ascii")
         return f'{{"{MARKER}":"{key_id}","data":"{b64}"}}'
 
+    # ``text`` with each value sealed with another key sealed again with the current one, in
+    # place: the structure around the values (an error record's clear fields, a map's list)
+    # stays as it is.
     def reseal(self, text: str) -> str:
-        """``text`` with each value sealed with another key sealed again with the current
-        one, in place: the structure around the values (an error record's clear fields, a
-        map's list) stays as it is."""
         if not is_sealed(text):
             return text
         return _encoder.encode(self._resealed(_any.decode(text))).decode("utf-8")
