@@ -1,10 +1,11 @@
 -- Sealed payloads (cyclone.Keyring): how many values each key seals, and re-sealing under
 -- the current key (client.keys.rotate). A batch is picked and rewritten in one short
--- transaction of its own. The pick locks its rows FOR UPDATE SKIP LOCKED, so it never
--- waits (no lock order to keep with the pipeline's), and a worker writing one of its rows
--- meanwhile waits for the rewrite's commit and then writes over the re-sealed row, never
--- under it; a row locked elsewhere is left for the next pass. Each pick walks the table
--- from a cursor (:after, a ctid), not from the start.
+-- transaction of its own. The pick locks its rows FOR NO KEY UPDATE SKIP LOCKED, so it
+-- never waits (no lock order to keep with the pipeline's), and a worker writing one of its
+-- rows meanwhile waits for the rewrite's commit and then writes over the re-sealed row,
+-- never under it; a row locked elsewhere is left for the next pass. NO KEY: inserts that
+-- reference a picked run (its next tasks) do not wait for the batch. Each pick walks the
+-- table from a cursor (:after, a ctid), not from the start.
 
 -- name: sealed_count()
 -- needs: 0009
@@ -32,7 +33,7 @@ WHERE r.ctid > :after::text::tid
                         'strict $.** ? (@."$cyclone.sealed" != $k)',
                         jsonb_build_object('k', :current::text))
 ORDER BY r.ctid LIMIT :batch
-FOR UPDATE SKIP LOCKED;
+FOR NO KEY UPDATE SKIP LOCKED;
 
 -- name: run_sealed_write(ids, inputs, outputs, errors, error_lists)
 -- needs: 0009
@@ -55,7 +56,7 @@ WHERE s.ctid > :after::text::tid
                         'strict $.** ? (@."$cyclone.sealed" != $k)',
                         jsonb_build_object('k', :current::text))
 ORDER BY s.ctid LIMIT :batch
-FOR UPDATE SKIP LOCKED;
+FOR NO KEY UPDATE SKIP LOCKED;
 
 -- name: step_sealed_write(run_ids, nodes, inputs, outputs, signals, errors)
 -- needs: 0009
@@ -77,7 +78,7 @@ WHERE t.ctid > :after::text::tid
                         'strict $.** ? (@."$cyclone.sealed" != $k)',
                         jsonb_build_object('k', :current::text))
 ORDER BY t.ctid LIMIT :batch
-FOR UPDATE SKIP LOCKED;
+FOR NO KEY UPDATE SKIP LOCKED;
 
 -- name: task_sealed_write(run_ids, ids, inputs, errors)
 -- needs: 0009
@@ -96,7 +97,7 @@ WHERE s.ctid > :after::text::tid
   AND jsonb_path_exists(s.input, 'strict $.** ? (@."$cyclone.sealed" != $k)',
                         jsonb_build_object('k', :current::text))
 ORDER BY s.ctid LIMIT :batch
-FOR UPDATE SKIP LOCKED;
+FOR NO KEY UPDATE SKIP LOCKED;
 
 -- name: schedule_sealed_write(names, inputs)
 -- needs: 0009
