@@ -36,6 +36,7 @@ from cyclone._model.errors import (
     InvalidScheduleError,
     InvalidStateError,
     KeyContentionError,
+    KeyringError,
     LifecycleError,
     NoOutputError,
     NotFoundError,
@@ -69,6 +70,7 @@ from cyclone._model.handles import (
     RunQuery,
     RunState,
 )
+from cyclone._model.keyring import Keyring
 from cyclone._model.nodes import MAX_ITEMS, Branch, Node
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
 from cyclone._model.ports import Tx
@@ -82,6 +84,7 @@ from cyclone._model.stats import QueueStats, Throughput, UnservedWork, WorkerInf
 from cyclone._model.steps import Kind, Step, action, register_kind, step
 from cyclone._model.wakeups import Wakeups
 from cyclone._model.workflows import Workflow
+from cyclone._services.keys import Keys
 from cyclone._services.observe import Observer
 from cyclone._services.queues import KindLimits, QueueLimits, Queues, QueueSettings
 from cyclone._services.runs import Retention
@@ -121,6 +124,9 @@ __all__ = [
     "InvalidStateError",
     "ItemFailed",
     "KeyContentionError",
+    "Keyring",
+    "KeyringError",
+    "Keys",
     "Kind",
     "KindLimits",
     "LifecycleError",

@@ -21,7 +21,7 @@ import asyncpg
 from cyclone._enqueue.adapters import adapter_for
 from cyclone._enqueue.insert import Inserter, Parts
 from cyclone._enqueue.targets import InsertSettings
-from cyclone._enqueue.wakeups import TrackedConnection, track_wakeups
+from cyclone._enqueue.wakeups import TrackedConnection, tracked_transaction
 from cyclone._model import codec
 from cyclone._model.batches import HandlerBatchContext
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
@@ -29,6 +29,7 @@ from cyclone._model.context import HandlerContext
 from cyclone._model.errors import InvalidInputError
 from cyclone._model.explain import Explanation
 from cyclone._model.handles import ResultRun, Run, RunPage, RunQuery, RunState
+from cyclone._model.keyring import Keyring, checked_keyring
 from cyclone._model.keys import validate_name
 from cyclone._model.options import seconds, validate_int
 from cyclone._model.stats import QueueStats, Throughput, WorkerInfo
@@ -37,6 +38,7 @@ from cyclone._services import migrator, stats
 from cyclone._services.bundle import Services
 from cyclone._services.database import Database
 from cyclone._services.explain import explain
+from cyclone._services.keys import Keys
 from cyclone._services.notifier import Notifier
 from cyclone._services.observe import Observer, Observers
 from cyclone._services.publisher import Publisher
@@ -68,6 +70,8 @@ class Client(AsyncResource):
     client delete terminal runs once they are old enough. ``listen_dsn`` is where the LISTEN
     connection goes (default: the pool's own connect arguments): a DSN straight to PostgreSQL
     when the pool goes through PgBouncer in transaction mode, which cannot keep a LISTEN.
+    ``cipher`` (a :class:`Keyring`) seals inputs, outputs, signal payloads and error messages
+    at rest and opens them on read (docs/encryption.md).
     """
 
     def __init__(
@@ -81,6 +85,7 @@ class Client(AsyncResource):
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         output_limit: int = DEFAULT_PAYLOAD_LIMIT,
         listen_dsn: str | None = None,
+        cipher: Keyring | None = None,
     ) -> None:
         if not isinstance(pool, asyncpg.Pool):
             raise InvalidInputError(f"Client needs an asyncpg.Pool, got {type(pool).__name__}")
@@ -98,14 +103,15 @@ class Client(AsyncResource):
         if listen_dsn is not None and (not isinstance(listen_dsn, str) or not self.notify):
             raise InvalidInputError("listen_dsn must be a DSN (str), and needs notify=True")
         self.listen_dsn = listen_dsn
+        self.cipher = checked_keyring(cipher)
         self.observers = Observers()
         database = Database(pool, self._queries, listens=self.notify and listen_dsn is None)
         notifier = Notifier(pool, self._channel, listen_dsn=listen_dsn) if self.notify else None
         publisher = Publisher(
             database, self._channel, coalesce=self.notify_coalesce, notifier=notifier
         )
-        runs = Runs(database, publisher, notifier)
-        settings = InsertSettings(self._queries, self.payload_limit, self.observers)
+        runs = Runs(database, publisher, notifier, cipher)
+        settings = InsertSettings(self._queries, self.payload_limit, self.observers, cipher)
         self.services = Services(
             database=database,
             publisher=publisher,
@@ -174,10 +180,15 @@ class Client(AsyncResource):
         return Queues(self.services.database, self.services.publisher)
 
     @property
+    def keys(self) -> Keys:
+        """The keys of sealed payloads: values per key id, rotation (docs/encryption.md)."""
+        return Keys(self.services.database, self.cipher)
+
+    @property
     def schedules(self) -> Schedules:
         """The schedules stored in this schema: list, pause, resume, trigger now, and create,
         update or delete dynamic ones (docs/schedules.md)."""
-        return Schedules(self.services.database, self.services.publisher)
+        return Schedules(self.services.database, self.services.publisher, self.cipher)
 
     # Wakeups
 
@@ -205,33 +216,7 @@ class Client(AsyncResource):
                 block = adapter.async_transaction(self.services.publisher.publish, conn)
                 if block is not None:
                     return block
-        return self._tracked_transaction(conn)
-
-    @contextlib.asynccontextmanager
-    async def _tracked_transaction(
-        self, conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy | TrackedConnection
-    ) -> AsyncIterator[TrackedConnection]:
-        """Run a tracked transaction on ``conn``; its wakeups are published after commit.
-
-        Without a coalescing window they go out on ``conn`` itself, just committed and in
-        hand, so the publish needs no second connection from the pool. Given a tracked
-        connection whose transaction is open, the block is a savepoint whose wakeups join
-        that transaction's, for its owner to publish after the outer commit. Inside an
-        untracked transaction of the caller's, nothing tells when that one commits: the
-        wakeups go out through the pool when the block ends, before that commit, and the
-        work waits for the workers' next poll.
-        """
-        if isinstance(conn, TrackedConnection):
-            ttx, wakeups = conn, conn.wakeups
-        else:
-            ttx, wakeups = track_wakeups(conn)
-        async with ttx.transaction():
-            yield ttx
-        if ttx.is_in_transaction():
-            if ttx is not conn:  # an untracked outer transaction
-                await self.publish_wakeups(wakeups)
-        else:
-            await self.services.publisher.committed(wakeups, ttx.connection)
+        return tracked_transaction(self.services.publisher, conn)
 
     async def publish_wakeups(self, wakeups: Wakeups) -> None:
         """Send one NOTIFY per distinct queue in ``wakeups`` and clear it.
@@ -312,7 +297,7 @@ class Client(AsyncResource):
                 f"explain() takes a cyclone.Run or a uuid.UUID, got {type(run).__name__}: "
                 f"pass uuid.UUID(text) for a run id in text"
             )
-        return await explain(self.services.database, run_id)
+        return await explain(self.services.database, run_id, self.cipher)
 
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output.
@@ -321,6 +306,8 @@ class Client(AsyncResource):
         """
         validate_name(node, what="node")
         encoded = codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
+        if self.cipher is not None:
+            encoded = self.cipher.seal(encoded)
         await self.services.runs.signal(run_id, node, encoded)
 
     # Read models for dashboards (cyclone.web)

@@ -29,6 +29,7 @@ from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._model.errors import InvalidInputError
 from cyclone._model.handles import RunInfo, RunPage, RunQuery, RunState
+from cyclone._model.keyring import Keyring, checked_keyring
 from cyclone._model.keys import validate_key, validate_name
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions, validate_int
 from cyclone._model.results import ResultWorkflow
@@ -103,7 +104,7 @@ class ResultRun(Run, Generic[Out_co]):
     def result(self, timeout: float | None = None) -> Out_co:
         """Block until the run ends; its output, or the error it ended with."""
         _, row = self.client.services.runs.until_ended(self.id, timeout, result=True)
-        out: Out_co = result_of(self.id, row, self.output_type)
+        out: Out_co = result_of(self.id, row, self.output_type, self.client.cipher)
         return out
 
 
@@ -118,7 +119,12 @@ class Client:
     """
 
     def __init__(
-        self, source: Any, *, schema: str = "public", payload_limit: int = DEFAULT_PAYLOAD_LIMIT
+        self,
+        source: Any,
+        *,
+        schema: str = "public",
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        cipher: Keyring | None = None,
     ) -> None:
         adapter = None
         if not isinstance(source, psycopg_pool.ConnectionPool | psycopg.Connection):
@@ -134,10 +140,12 @@ class Client:
         self.schema = schema
         self._channel = f"cyclone_{schema}"
         self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
+        self.cipher = checked_keyring(cipher)
+        """The keyring that seals payloads at rest (as ``cyclone.Client``'s), or None."""
         self.observers = Observers()
-        self._settings = InsertSettings(self._queries, self.payload_limit, self.observers)
+        self._settings = InsertSettings(self._queries, self.payload_limit, self.observers, cipher)
         database = SyncDatabase(source, own, self._queries, self._channel)
-        self.services = Services(database=database, runs=SyncRuns(database))
+        self.services = Services(database=database, runs=SyncRuns(database, cipher))
         """The client's parts, for Cyclone's own modules (internal, not a stable API)."""
 
     def __repr__(self) -> str:
@@ -349,12 +357,15 @@ class Client:
     def list_runs(self, query: RunQuery | None = None) -> RunPage:
         """Runs matching ``query``, newest first, one page at a time (as ``cyclone.Client``)."""
         with self.services.database.connection() as raw:
-            return run_sync(page_on(connect(raw), self._queries, query or RunQuery()))
+            query = query or RunQuery()
+            return run_sync(page_on(connect(raw), self._queries, query, self.cipher))
 
     def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output."""
         validate_name(node, what="node")
         encoded = codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
+        if self.cipher is not None:
+            encoded = self.cipher.seal(encoded)
         database = self.services.database
         with database.transaction() as conn:
             effects = run_sync(transitions.signal(conn, self._queries, run_id, node, encoded))

@@ -104,6 +104,8 @@ def plan_jobs(
     encoded = encode_array(
         inputs, kind.input_type, what=f"input of step {kind.name!r}", limit=payload_limit(settings)
     )
+    if settings is not None and settings.cipher is not None:
+        encoded = settings.cipher.seal_each(encoded)
     return JobPlan(
         kind=kind,
         inputs=inputs,

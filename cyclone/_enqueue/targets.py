@@ -10,6 +10,7 @@ synchronous client's targets are Cyclone's own statements, committed there.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -17,16 +18,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
+import msgspec
 
 from cyclone._enqueue import gates
 from cyclone._model import codec
 from cyclone._model.errors import (
     DuplicateError,
+    InvalidInputError,
     KeyContentionError,
     NotInTransactionError,
     SubmitConflictError,
 )
 from cyclone._model.ids import uuid7
+from cyclone._model.keyring import Keyring, is_sealed, reveal
 from cyclone._model.options import Options
 from cyclone._services import transitions
 from cyclone._services.observe import Observers
@@ -51,11 +55,13 @@ NOT_IN_TRANSACTION = (
 @dataclass(frozen=True, slots=True)
 class InsertSettings:
     """What the insert path takes of a client (``cyclone.Client`` or ``cyclone.sync.Client``):
-    its statements, its input limit and the observers its enqueues are reported to."""
+    its statements, its input limit, the observers its enqueues are reported to and the
+    keyring that seals its inputs (None: stored in the clear)."""
 
     queries: Queries
     payload_limit: int
     observers: Observers
+    cipher: Keyring | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +222,10 @@ class DatabaseTarget:
         """Insert the run, its steps and edges in one statement; with a key already taken,
         compare inputs (same: the existing run; different: :class:`SubmitConflictError`)."""
         observers = self.settings.observers
+        sealed = self._sealed(plan)
         span = {"cyclone.workflow": plan.name, "cyclone.nodes": plan.node_count}
         with observers.enqueue_span(f"submit {plan.name}", span):
-            run_id, created = await self._insert_run(plan, trace_text(self.settings))
+            run_id, created = await self._insert_run(sealed, trace_text(self.settings), plan)
         if created:
             for queue in plan.queues:
                 observers.enqueued(plan.name, queue, 1)
@@ -235,7 +242,8 @@ class DatabaseTarget:
         edges: tuple[list[Any], ...] = ([], [], [])
         for run_id, plan in zip(ids, plans, strict=True):
             assert plan.parent is not None and plan.shape is None and not plan.root_maps
-            row = (run_id, plan.name, plan.encoded, plan.result_node, plan.key)
+            encoded = self._sealed(plan).encoded
+            row = (run_id, plan.name, encoded, plan.result_node, plan.key)
             for column, value in zip(
                 runs, (*row, plan.node_count, trace, *plan.parent), strict=True
             ):
@@ -262,7 +270,26 @@ class DatabaseTarget:
             found.append(run_id)
         return found
 
-    async def _insert_run(self, plan: SubmitPlan, trace: str | None) -> tuple[uuid.UUID, bool]:
+    def _sealed(self, plan: SubmitPlan) -> SubmitPlan:
+        """``plan`` with its input sealed by the client's keyring, if it has one."""
+        cipher = self.settings.cipher
+        if cipher is None:
+            return plan
+        if plan.shape is not None and any(cond is not None for cond in plan.shape[1]):
+            # A branch compares its parent's stored output with its value in SQL: a sealed
+            # output never equals it, so the branch would silently never be taken.
+            raise InvalidInputError(
+                f"workflow {plan.name!r} has branches (node.when(...)), which compare outputs in "
+                "the database and cannot work on sealed outputs: branch in the handler "
+                "instead, or submit it with a client without a keyring"
+            )
+        return dataclasses.replace(plan, encoded=cipher.seal(plan.encoded))
+
+    async def _insert_run(
+        self, plan: SubmitPlan, trace: str | None, clear: SubmitPlan
+    ) -> tuple[uuid.UUID, bool]:
+        """Insert ``plan`` (its input as stored); ``clear``: the same plan, its input as
+        encoded, which submit_once compares with a sealed stored input."""
         q = self.settings.queries
         queues = set(plan.queues)
         # Root map nodes over a non-empty list grow their items in the insert; over anything
@@ -291,7 +318,7 @@ class DatabaseTarget:
                 assert plan.key is not None  # only a keyed insert can insert nothing
                 existing = await db.workflow_find_key(conn, q, plan.name, plan.key, plan.encoded)
                 if existing is not None:
-                    if not existing["same_input"]:
+                    if not existing["same_input"] and not self._same_sealed(existing, clear):
                         raise SubmitConflictError(plan.name, plan.key, existing["id"])
                     await self._link(conn, plan, existing["id"])
                     return existing["id"], False
@@ -302,6 +329,16 @@ class DatabaseTarget:
         if plan.options.claimable_now():
             self.woke(sorted(queues))
         return inserted, True
+
+    def _same_sealed(self, existing: db.Record, clear: SubmitPlan) -> bool:
+        """Whether the stored input, sealed (random nonces never compare equal as jsonb) or
+        written before sealing was turned on, equals ``clear``'s once opened: equal as
+        jsonb, so key order does not matter (nor 1 against 1.0)."""
+        stored: str = existing["input"]
+        if self.settings.cipher is None and not is_sealed(stored):
+            return False  # both in the clear: jsonb said it
+        stored = reveal(self.settings.cipher, stored)
+        return bool(msgspec.json.decode(stored) == msgspec.json.decode(clear.encoded))
 
     async def _link(self, conn: db.Conn, plan: SubmitPlan, run_id: uuid.UUID) -> None:
         """Make a child run its parent node's child (on the child's transaction)."""

@@ -8,7 +8,9 @@ with :func:`track_wakeups`, commits, and then calls ``client.publish_wakeups``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     import psycopg
     from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
+
+    from cyclone._services.publisher import Publisher
 
 logger = logging.getLogger("cyclone")
 
@@ -158,6 +162,34 @@ def track_wakeups(conn: Any) -> tuple[Any, Wakeups]:
         conn = conn.connection
     wakeups = Wakeups()
     return TrackedConnection(conn, wakeups), wakeups
+
+
+@contextlib.asynccontextmanager
+async def tracked_transaction(
+    publisher: Publisher, conn: Conn | TrackedConnection
+) -> AsyncIterator[TrackedConnection]:
+    """Run a tracked transaction on ``conn``; its wakeups are published by ``publisher`` after
+    the commit.
+
+    Without a coalescing window they go out on ``conn`` itself, just committed and in
+    hand, so the publish needs no second connection from the pool. Given a tracked
+    connection whose transaction is open, the block is a savepoint whose wakeups join
+    that transaction's, for its owner to publish after the outer commit. Inside an
+    untracked transaction of the caller's, nothing tells when that one commits: the
+    wakeups go out through the pool when the block ends, before that commit, and the
+    work waits for the workers' next poll.
+    """
+    if isinstance(conn, TrackedConnection):
+        ttx, wakeups = conn, conn.wakeups
+    else:
+        ttx, wakeups = track_wakeups(conn)
+    async with ttx.transaction():
+        yield ttx
+    if ttx.is_in_transaction():
+        if ttx is not conn:  # an untracked outer transaction
+            await publisher.publish_wakeups(wakeups)
+    else:
+        await publisher.committed(wakeups, ttx.connection)
 
 
 class SyncTrackedConnection(WakeupFrames):

@@ -34,7 +34,9 @@
         ├── SchemaNotMigratedError    the schema lacks migrations this package ships
         ├── SchemaVersionError        the schema has migrations this package does not know
         ├── ReadOnlyServerError       migrate() on a server that takes no writes (a standby?)
-        └── UnsupportedPoolerError    a pooler in transaction mode, configured in a way it breaks
+        ├── UnsupportedPoolerError    a pooler in transaction mode, configured in a way it breaks
+        └── KeyringError              a sealed payload this client has no key for (or no
+                                      cryptography package to open it with)
 
 Each error keeps the builtin base it has always had (``except ValueError`` still catches an
 :class:`InvalidKeyError`); a group adds none of its own, except that everything under
@@ -347,3 +349,8 @@ class UnsupportedPoolerError(SetupError):
     """The pool goes through a connection pooler in transaction mode (PgBouncer's
     ``pool_mode = transaction``) with a setting that cannot work through it: asyncpg's
     statement cache, or LISTEN. The message names the fix."""
+
+
+class KeyringError(SetupError):
+    """A payload is sealed with a key this client's keyring does not hold (or the client has
+    no keyring, or the ``cryptography`` package is missing): the message says which key."""

@@ -12,6 +12,7 @@ from cyclone._model import codec
 from cyclone._model.errors import RunNotFoundError
 from cyclone._model.explain import Explanation, LimitReached, Reason, ReasonCode
 from cyclone._model.handles import RunState
+from cyclone._model.keyring import Keyring, shown
 from cyclone._model.stats import WorkerInfo
 from cyclone._services.database import Database
 from cyclone._storage import queries as db
@@ -22,8 +23,11 @@ AHEAD_MAX = 1000
 """Tasks ahead of a node counted at most (``node_explain``'s bound)."""
 
 
-async def explain(database: Database, run_id: uuid.UUID) -> Explanation:
-    """Why run ``run_id`` is not running; :class:`RunNotFoundError` if it is not visible."""
+async def explain(
+    database: Database, run_id: uuid.UUID, cipher: Keyring | None = None
+) -> Explanation:
+    """Why run ``run_id`` is not running; :class:`RunNotFoundError` if it is not visible.
+    Sealed error messages are opened with ``cipher``, or redacted without their key."""
     q = database.queries
     # One snapshot for both reads: the run's state and its nodes' facts agree.
     async with database.acquire() as conn, conn.transaction(isolation="repeatable_read"):
@@ -32,10 +36,10 @@ async def explain(database: Database, run_id: uuid.UUID) -> Explanation:
             raise RunNotFoundError(run_id)
         state = RunState(run["state"])
         if state.terminal:
-            return Explanation(run_id, state, (ended(run),))
+            return Explanation(run_id, state, (ended(run, cipher),))
         rows = await db.node_explain(conn, q, run_id, EXPLAIN_NODES)
     omitted = rows[0]["open"] - len(rows) if rows else 0
-    return Explanation(run_id, state, tuple(reason(r) for r in rows), omitted)
+    return Explanation(run_id, state, tuple(reason(r, cipher) for r in rows), omitted)
 
 
 def _count(n: int, noun: str) -> str:
@@ -46,7 +50,7 @@ def _at(when: dt.datetime) -> str:
     return f"{when.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
-def ended(run: db.Record) -> Reason:
+def ended(run: db.Record, cipher: Keyring | None = None) -> Reason:
     """The one reason of a run that has ended (a ``run_get`` row)."""
     state = RunState(run["state"])
     at = _at(run["finished_at"])
@@ -54,7 +58,7 @@ def ended(run: db.Record) -> Reason:
         return Reason(None, ReasonCode.COMPLETED, f"The run completed at {at}.")
     if state == RunState.CANCELLED:
         return Reason(None, ReasonCode.CANCELLED, f"The run was cancelled at {at}.")
-    error = codec.decode(run["error"], dict[str, Any]) if run["error"] else {}
+    error = codec.decode(shown(cipher, run["error"]), dict[str, Any]) if run["error"] else {}
     why = f": {error.get('type')}: {error.get('message')}" if error else ""
     return Reason(
         None,
@@ -64,7 +68,7 @@ def ended(run: db.Record) -> Reason:
     )
 
 
-def reason(row: db.Record) -> Reason:
+def reason(row: db.Record, cipher: Keyring | None = None) -> Reason:
     """The reason of one open node, from its ``node_explain`` row."""
     if row["state"] == "pending":
         parents = tuple(row["parents"] or ())
@@ -81,7 +85,7 @@ def reason(row: db.Record) -> Reason:
     if row["task_state"] == "running":
         return _running(row)
     if not row["claimable"]:
-        return _scheduled(row)
+        return _scheduled(row, cipher)
     return _claimable(row)
 
 
@@ -185,12 +189,13 @@ def _last_attempt(row: db.Record) -> bool:
     return bool(row["attempt"] >= row["max_attempts"])
 
 
-def _scheduled(row: db.Record) -> Reason:
+def _scheduled(row: db.Record, cipher: Keyring | None) -> Reason:
     due = row["available_at"]
     attempt = row["attempt"]
     text = f"Scheduled: due at {_at(due)}; a worker claims it from then on."
     if attempt:
-        error = codec.decode(row["last_error"], dict[str, Any]) if row["last_error"] else {}
+        last_error = row["last_error"]
+        error = codec.decode(shown(cipher, last_error), dict[str, Any]) if last_error else {}
         last = (
             f"; the last error was {error.get('type')}: {error.get('message')} "
             f"(attempt {error.get('attempt')})"

@@ -34,6 +34,7 @@ from cyclone._model.handles import (
     RunQuery,
     RunState,
 )
+from cyclone._model.keyring import Keyring, reveal, shown
 from cyclone._model.keys import validate_key, validate_name
 from cyclone._model.options import validate_int
 from cyclone._services import transitions
@@ -92,10 +93,17 @@ class Runs:
     """Run reads and actions on ``database``; ``notifier`` (None: ``notify=False``) wakes
     waits when a run ends."""
 
-    def __init__(self, database: Database, publisher: Publisher, notifier: Notifier | None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        publisher: Publisher,
+        notifier: Notifier | None,
+        cipher: Keyring | None = None,
+    ) -> None:
         self.database = database
         self.publisher = publisher
         self.notifier = notifier
+        self.cipher = cipher
 
     async def status(self, run_id: uuid.UUID) -> RunState:
         """The run's state; :class:`RunNotFoundError` if it is not visible."""
@@ -114,7 +122,7 @@ class Runs:
         """Wait until the run ends; its typed output, or the error it ended with."""
         # The read that sees the run ended is the one that returns its output.
         _, row = await self.until_ended(run_id, timeout, self._read_result)
-        return result_of(run_id, row, output_type)
+        return result_of(run_id, row, output_type, self.cipher)
 
     async def _read_state(self, run_id: uuid.UUID) -> tuple[RunState, None]:
         return await self.status(run_id), None
@@ -191,7 +199,9 @@ class Runs:
             edges = await db.run_edges(conn, q, run_id)
             payload = await db.run_payload(conn, q, run_id)
         info = dataclasses.replace(
-            run_info(row, payload), parent_run=row["parent_run"], parent_node=row["parent_node"]
+            run_info(row, payload, self.cipher),
+            parent_run=row["parent_run"],
+            parent_node=row["parent_node"],
         )
         info.edges.extend((e["parent"], e["child"]) for e in edges)
         info.branches.extend(
@@ -205,7 +215,7 @@ class Runs:
                 kind=n["kind"],
                 state=n["state"],
                 attempts=n["attempts"],
-                errors=codec.decode(n["errors"], list[dict[str, Any]]),
+                errors=codec.decode(shown(self.cipher, n["errors"]), list[dict[str, Any]]),
                 map_of=n["map_of"],
                 item=n["item"],
                 child_run=n["child_run"],
@@ -221,14 +231,15 @@ class Runs:
             if row is None:
                 raise RunNotFoundError(run_id)
             nodes = await db.node_payloads(conn, self.database.queries, run_id)
+        cipher = self.cipher
         return RunPayloads(
-            input=codec.decode(row["input"], Any),
-            output=_decoded(row["output"]),
+            input=_decoded(row["input"], cipher),
+            output=_decoded(row["output"], cipher),
             nodes={
                 n["node"]: NodePayloads(
                     queue=n["queue"],
-                    output=_decoded(n["output"]),
-                    signal=_decoded(n["signal"]),
+                    output=_decoded(n["output"], cipher),
+                    signal=_decoded(n["signal"], cipher),
                     signalled=n["signal"] is not None,
                 )
                 for n in nodes
@@ -257,7 +268,7 @@ class Runs:
     async def page(self, query: RunQuery) -> RunPage:
         """Runs matching ``query``, newest first: one page (``Client.list_runs``)."""
         async with self.database.acquire() as conn:
-            return await page_on(conn, self.database.queries, query)
+            return await page_on(conn, self.database.queries, query, self.cipher)
 
     async def purge(
         self,
@@ -287,21 +298,22 @@ class Runs:
         return total
 
 
-def _decoded(raw: Any) -> Any:
-    return None if raw is None else codec.decode(raw, Any)
+def _decoded(raw: str | None, cipher: Keyring | None) -> Any:
+    return None if raw is None else codec.decode(shown(cipher, raw), Any)
 
 
-def result_of(run_id: uuid.UUID, row: db.Record, output_type: Any) -> Any:
-    """The typed result of an ended run's ``run_result`` row, or the error it ended with."""
+def result_of(run_id: uuid.UUID, row: db.Record, output_type: Any, cipher: Keyring | None) -> Any:
+    """The typed result of an ended run's ``run_result`` row, or the error it ended with;
+    :class:`KeyringError` for a result sealed with a key ``cipher`` lacks."""
     if row["state"] == "failed":
-        raise RunFailedError(run_id, codec.decode(row["error"], Any) if row["error"] else None)
+        raise RunFailedError(run_id, _decoded(row["error"], cipher))
     if row["state"] == "cancelled":
         raise RunCancelledError(run_id)
     if not row["job"] and row["result_node"] is None:
         raise NoOutputError(run_id)
     if not row["job"] and row["output"] is None:  # a branch before it was not taken
         raise NoOutputError(run_id, f"completed with its result node {row['result_node']} skipped")
-    return codec.decode(row["output"], output_type)
+    return codec.decode(reveal(cipher, row["output"]), output_type)
 
 
 def search_args(query: RunQuery) -> db.RunFilters:
@@ -328,12 +340,15 @@ def search_args(query: RunQuery) -> db.RunFilters:
     )
 
 
-def run_info(row: db.Record, payload: db.Record | None = None) -> RunInfo:
-    """A run's row (and its input and output, if read) as a :class:`RunInfo`."""
+def run_info(
+    row: db.Record, payload: db.Record | None = None, cipher: Keyring | None = None
+) -> RunInfo:
+    """A run's row (and its input and output, if read) as a :class:`RunInfo`; sealed values
+    opened with ``cipher``, or shown as ``<encrypted with key ID>`` without their key."""
     input = output = None
     if payload is not None:
-        input = codec.decode(payload["input"], Any)
-        output = _decoded(payload["output"])
+        input = _decoded(payload["input"], cipher)
+        output = _decoded(payload["output"], cipher)
     return RunInfo(
         id=row["id"],
         name=row["name"],
@@ -341,19 +356,21 @@ def run_info(row: db.Record, payload: db.Record | None = None) -> RunInfo:
         state=RunState(row["state"]),
         created_at=row["created_at"],
         finished_at=row["finished_at"],
-        error=codec.decode(row["error"], dict[str, Any]) if row["error"] else None,
+        error=codec.decode(shown(cipher, row["error"]), dict[str, Any]) if row["error"] else None,
         job=row["job"],
         input=input,
         output=output,
     )
 
 
-async def page_on(conn: db.Conn, q: Queries, query: RunQuery) -> RunPage:
+async def page_on(
+    conn: db.Conn, q: Queries, query: RunQuery, cipher: Keyring | None = None
+) -> RunPage:
     """One page of runs matching ``query``, newest first, read on ``conn`` (either driver)."""
     limit = validate_int(query.limit, what="limit", low=1)
     filters = search_args(query)
     rows = await db.run_search(conn, q, filters, limit=limit + 1, scan=query.scan)
-    runs = [run_info(r) for r in rows[:limit]]
+    runs = [run_info(r, cipher=cipher) for r in rows[:limit]]
     if len(rows) > limit:
         next_cursor: str | None = str(runs[-1].id)
     elif query.scan is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from cyclone._model.errors import InvalidScheduleError, InvalidStateError, ScheduleNotFoundError
+from cyclone._model.keyring import Keyring
 from cyclone._model.schedules import Schedule, slot_key, trigger_key, validate_name
 from cyclone._model.timing import Timing
 from cyclone._services.database import Database
@@ -28,8 +29,14 @@ def stored_timing(row: db.Record) -> Timing:
     return Timing(row["cron"], row["every"], row["tz"], row["start_at"])
 
 
-def definition(s: Schedule[Any], now: dt.datetime) -> db.ScheduleDefinition:
+def definition(
+    s: Schedule[Any], now: dt.datetime, cipher: Keyring | None = None
+) -> db.ScheduleDefinition:
+    """The row of ``s`` as stored, its input sealed with ``cipher`` when there is one."""
     t = s.timing
+    stored = s.encoded_input
+    if stored is not None and cipher is not None:
+        stored = cipher.seal(stored)
     return db.ScheduleDefinition(
         target=s.target.name,
         job=s.job,
@@ -40,7 +47,7 @@ def definition(s: Schedule[Any], now: dt.datetime) -> db.ScheduleDefinition:
         catch_up=s.catch_up,
         catch_up_window=s.catch_up_window,
         overlap=s.overlap,
-        input=s.encoded_input,
+        input=stored,
         next_at=t.next_after(now),
     )
 
@@ -95,9 +102,12 @@ class Schedules:
     """``client.schedules``: the schedules stored in the client's schema, changed at run
     time without a deploy. Every change wakes the workers' timers."""
 
-    def __init__(self, database: Database, publisher: Publisher) -> None:
+    def __init__(
+        self, database: Database, publisher: Publisher, cipher: Keyring | None = None
+    ) -> None:
         self._database = database
         self._publisher = publisher
+        self._cipher = cipher
 
     async def list(self) -> builtins.list[ScheduleInfo]:
         """Every stored schedule, by name."""
@@ -137,7 +147,7 @@ class Schedules:
     async def create(self, schedule: Schedule[Any]) -> ScheduleInfo:
         """Store a dynamic schedule, kept until :meth:`delete`; workers that serve its target
         fire it. Its input must be a value (it is stored), not a function."""
-        definition = _dynamic_definition(schedule)
+        definition = _dynamic_definition(schedule, self._cipher)
         async with self._database.acquire() as conn:
             created = await db.schedule_create(
                 conn, self._database.queries, schedule.name, definition
@@ -152,7 +162,7 @@ class Schedules:
 
     async def update(self, schedule: Schedule[Any]) -> ScheduleInfo:
         """Replace the dynamic schedule of the same name; its next slot is recomputed."""
-        definition = _dynamic_definition(schedule)
+        definition = _dynamic_definition(schedule, self._cipher)
 
         async def change(conn: db.Conn, stored: db.Record) -> None:
             if not stored["dynamic"]:
@@ -192,7 +202,7 @@ class Schedules:
         self._publisher.publish([queue_payload(SCHEDULES_WAKEUP)])
 
 
-def _dynamic_definition(schedule: Schedule[Any]) -> db.ScheduleDefinition:
+def _dynamic_definition(schedule: Schedule[Any], cipher: Keyring | None) -> db.ScheduleDefinition:
     if not isinstance(schedule, Schedule):
         raise InvalidScheduleError(f"{schedule!r} is not a schedule from cyclone.schedule()")
     if schedule.input_fn is not None:
@@ -200,4 +210,4 @@ def _dynamic_definition(schedule: Schedule[Any]) -> db.ScheduleDefinition:
             f"schedule {schedule.name!r}: a dynamic schedule's input must be a value (it is "
             "stored in the database), not a function; declare it in code to use a function"
         )
-    return definition(schedule, dt.datetime.now(dt.UTC))
+    return definition(schedule, dt.datetime.now(dt.UTC), cipher)

@@ -22,6 +22,7 @@ import psycopg_pool
 
 from cyclone._model.errors import RunNotFoundError
 from cyclone._model.handles import RunInfo, RunState
+from cyclone._model.keyring import Keyring
 from cyclone._services.runs import WAIT_POLL_MAX, run_info, timeout_message
 from cyclone._storage import queries as db
 from cyclone._storage.drivers import connect, run_sync
@@ -104,8 +105,9 @@ def pinned(raw: psycopg.Connection[Any]) -> Iterator[None]:
 class SyncRuns:
     """Run reads for ``cyclone.sync`` handles and the client."""
 
-    def __init__(self, database: SyncDatabase) -> None:
+    def __init__(self, database: SyncDatabase, cipher: Keyring | None = None) -> None:
         self.database = database
+        self.cipher = cipher
 
     def status(self, run_id: uuid.UUID) -> RunState:
         """The run's state; :class:`RunNotFoundError` if it is not visible."""
@@ -121,7 +123,7 @@ class SyncRuns:
             row = run_sync(db.run_get(connect(raw), self.database.queries, run_id))
         if row is None:
             raise RunNotFoundError(run_id)
-        return run_info(row)
+        return run_info(row, cipher=self.cipher)
 
     def until_ended(
         self, run_id: uuid.UUID, timeout: float | None, *, result: bool

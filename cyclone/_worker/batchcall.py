@@ -136,11 +136,13 @@ class BatchCall:
                 outcomes.append(self._executor.failure(c, result.error))
                 continue
             try:
-                output = codec.encode(
-                    result,
-                    step.output_type,
-                    what=f"output of step {step.name!r}",
-                    limit=self._output_limit,
+                output = self._executor.sealed(
+                    codec.encode(
+                        result,
+                        step.output_type,
+                        what=f"output of step {step.name!r}",
+                        limit=self._output_limit,
+                    )
                 )
             except CycloneError as exc:  # not encodable, or too large: this item fails
                 outcomes.append(self._executor.failure(c, exc))

@@ -32,6 +32,7 @@ import msgspec
 
 from cyclone._model import codec
 from cyclone._model.batches import BatchStep, HandlerBatchContext
+from cyclone._model.errors import KeyringError
 from cyclone._worker.batchcall import BatchCall, Item, Result
 from cyclone._worker.completer import Completer
 from cyclone._worker.executor import Executor
@@ -107,12 +108,15 @@ class Batches:
         is the concurrency of the item's queue."""
         step = self._steps[claimed.kind]
         try:
-            value = codec.decode(claimed.input, step.input_type)
+            value = codec.decode(self._executor.opened(claimed.input), step.input_type)
             group = None if step.group_by is None else step.group_by(value)
             hash(group)
         except msgspec.DecodeError as exc:
             self._leases.finishing(claimed)
             return self._executor.poisoned(claimed, exc), None
+        except KeyringError as exc:  # sealed with a key this worker lacks: a deploy may add it
+            self._leases.finishing(claimed)
+            return self._executor.failure(claimed, exc), None
         except Exception as exc:  # group_by is user code: the item fails, as a handler would
             self._leases.finishing(claimed)
             return self._executor.failure(claimed, exc), None

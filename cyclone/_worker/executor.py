@@ -28,7 +28,8 @@ import msgspec
 
 from cyclone._model import codec
 from cyclone._model.context import HandlerContext, HandlerScope, Snooze
-from cyclone._model.errors import InvalidInputError
+from cyclone._model.errors import InvalidInputError, KeyringError
+from cyclone._model.keyring import Keyring, reveal
 from cyclone._model.steps import Step
 from cyclone._services.database import Database
 from cyclone._services.observe import Observers
@@ -78,6 +79,7 @@ class Executor:
         backoff: Callable[[int], float],
         leases: LeaseKeeper,
         output_limit: int,
+        cipher: Keyring | None = None,
         observers: Observers,
         new_context: Callable[..., HandlerContext[Any]],
         threads: int,
@@ -85,6 +87,7 @@ class Executor:
         self._threads = HandlerThreads(threads)
         self._database = database
         self._output_limit = output_limit
+        self._cipher = cipher
         self._observers = observers
         self._new_context = new_context
         self._steps = steps
@@ -125,6 +128,9 @@ class Executor:
         except msgspec.DecodeError as exc:  # ValidationError included
             self._leases.finishing(claimed)
             return self.poisoned(claimed, exc)
+        except KeyringError as exc:  # sealed with a key this worker lacks: a deploy may add it
+            self._leases.finishing(claimed)
+            return self.failure(claimed, exc)
         try:
             with self._span(claimed):
                 scope.bind()
@@ -140,11 +146,13 @@ class Executor:
                     # What is left is writing the outcome, which the lease keeper and
                     # hurry() must not cancel (the write itself may delete the task).
                     self._leases.finishing(claimed)
-            output = codec.encode(
-                result,
-                step.output_type,
-                what=f"output of step {step.name!r}",
-                limit=self._output_limit,
+            output = self.sealed(
+                codec.encode(
+                    result,
+                    step.output_type,
+                    what=f"output of step {step.name!r}",
+                    limit=self._output_limit,
+                )
             )
         except Snooze as snooze:
             await completion.rollback()
@@ -187,7 +195,7 @@ class Executor:
     ) -> Retry | Failed:
         """A failed attempt: a retry after the backoff while attempts are left."""
         kind = "Timeout" if timeout else None
-        error = error_record(claimed, exc, kind=kind)
+        error = error_record(claimed, exc, kind=kind, cipher=self._cipher)
         if timeout:
             what = f"timed out after {self._steps[claimed.kind].timeout:g} s"
         else:
@@ -205,6 +213,15 @@ class Executor:
         node = workflow.get_node(claimed.node.rpartition("[")[0]) if workflow else None
         return node is not None and node.is_map and bool(node.spec and node.spec["map"]["settle"])
 
+    def sealed(self, output: str) -> str:
+        """An encoded output as it is stored: sealed with the client's keyring, if any."""
+        return output if self._cipher is None else self._cipher.seal(output)
+
+    def opened(self, stored: str) -> str:
+        """A stored payload with its sealed values opened (:class:`KeyringError` when this
+        worker lacks their key)."""
+        return reveal(self._cipher, stored)
+
     def poisoned(self, claimed: Claimed, exc: Exception) -> Failed:
         """Input stored by an earlier deploy that this code cannot decode: no attempt of it
         can succeed, so the run fails at once rather than after every attempt."""
@@ -215,7 +232,7 @@ class Executor:
             "then retry the run (run.retry_all()), or cancel it"
         )
         error.__cause__ = exc
-        record = error_record(claimed, error)
+        record = error_record(claimed, error, cipher=self._cipher)
         what = f"failed: InvalidInputError: {error}"
         reason = "no attempt can decode its input"
         return Failed(claimed, record, error, what, reason, settled=self._settled(claimed))
@@ -223,7 +240,7 @@ class Executor:
     def _wrong_input(self, claimed: Claimed, error: InvalidInputError) -> Failed:
         """A node whose ``input=`` function builds a value its step does not take: every
         attempt would build it again, so the run fails at once."""
-        record = error_record(claimed, error)
+        record = error_record(claimed, error, cipher=self._cipher)
         what = f"failed: InvalidInputError: {error}"
         reason = "its input= function builds the same value every attempt"
         return Failed(claimed, record, error, what, reason, settled=self._settled(claimed))
@@ -239,11 +256,14 @@ class Executor:
         what the node's input function makes of the workflow input and dependency outputs
         (user code, so it runs where the handler does).
 
-        Raises msgspec's errors when a stored payload does not decode as its type.
+        Raises msgspec's errors when a stored payload does not decode as its type, and
+        :class:`KeyringError` when it is sealed with a key this worker's client lacks.
         """
+        cipher = self._cipher
         outputs: dict[str, Any] = {}
-        if claimed.deps is not None:
-            outputs = codec.decode(claimed.deps, dict[str, msgspec.Raw])
+        if claimed.deps is not None:  # each dependency's output is sealed on its own
+            outputs = codec.decode(reveal(cipher, claimed.deps), dict[str, msgspec.Raw])
+        stored = reveal(cipher, claimed.input)
         workflow = self._workflows.get(claimed.run_name) if claimed.node is not None else None
         node = workflow.get_node(claimed.node) if workflow and claimed.node else None
         output_types = self._output_types[workflow.name] if workflow else None
@@ -256,7 +276,7 @@ class Executor:
         )
         if node is not None and node.input_fn is not None:
             assert workflow is not None and output_types is not None
-            wf_input = codec.decode(claimed.input, workflow.input_type)
+            wf_input = codec.decode(stored, workflow.input_type)
             decoded = {
                 name: codec.decode(bytes(raw), output_types.get(name, Any))
                 for name, raw in outputs.items()
@@ -277,7 +297,7 @@ class Executor:
                 return value
 
             return ctx, build
-        value = codec.decode(claimed.input, step.input_type)
+        value = codec.decode(stored, step.input_type)
         return ctx, lambda: value
 
     def _span(self, claimed: Claimed) -> contextlib.AbstractContextManager[None]:

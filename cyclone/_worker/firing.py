@@ -20,6 +20,7 @@ from cyclone._enqueue.insert import Inserter, Parts, plan_jobs
 from cyclone._enqueue.wakeups import track_wakeups
 from cyclone._model import codec
 from cyclone._model.errors import SubmitConflictError
+from cyclone._model.keyring import reveal
 from cyclone._model.schedules import Schedule, slot_key, trigger_key
 from cyclone._model.steps import Kind
 from cyclone._model.timing import plan
@@ -142,7 +143,7 @@ class Firing:
         values = []
         for key, slot in keyed:
             try:
-                values.append((key, _input(declared, target, row["input"], slot)))
+                values.append((key, self._input(declared, target, row["input"], slot)))
             except Exception:  # the user's input function: skip its slot, keep the others
                 logger.exception(
                     "schedule %s: building the input of %s failed; the slot is skipped",
@@ -182,13 +183,13 @@ class Firing:
             self._settings.observers.enqueued(kind.name, kind.queue, len(inserted))
         return {r["key"]: r["id"] for r in inserted}
 
-
-def _input(
-    declared: Schedule[Any] | None, target: Any, stored: str | None, slot: dt.datetime
-) -> Any:
-    """A slot's input: the declaration's value or function of the slot, else the stored one."""
-    if declared is not None:
-        if declared.input_fn is not None:
-            return declared.input_fn(slot.astimezone(ZoneInfo(declared.timing.tz)))
-        return declared.input
-    return codec.decode(stored or "null", target.input_type)
+    def _input(
+        self, declared: Schedule[Any] | None, target: Any, stored: str | None, slot: dt.datetime
+    ) -> Any:
+        """A slot's input: the declaration's value or function of the slot, else the stored
+        one (opened, if sealed)."""
+        if declared is not None:
+            if declared.input_fn is not None:
+                return declared.input_fn(slot.astimezone(ZoneInfo(declared.timing.tz)))
+            return declared.input
+        return codec.decode(reveal(self._settings.cipher, stored or "null"), target.input_type)

@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
+import msgspec
 
 from cyclone._model import codec
 
 if TYPE_CHECKING:
+    from cyclone._model.keyring import Keyring
     from cyclone._worker.completion import CompletionTx
 
 _TRACEBACK_LIMIT = 8000
@@ -151,19 +153,27 @@ def error_message(exc: BaseException) -> str:
     return str(exc)
 
 
-def error_record(claimed: Claimed, exc: BaseException, *, kind: str | None = None) -> str:
+def error_record(
+    claimed: Claimed, exc: BaseException, *, kind: str | None = None, cipher: Keyring | None = None
+) -> str:
     """The JSON kept for a failed attempt: type, message, traceback, when it started (was
-    claimed) and when it failed."""
+    claimed) and when it failed. With ``cipher``, the message and the traceback (which carry
+    the handler's values) are sealed; the type, attempt and times stay clear."""
     tb = "".join(traceback.format_exception(exc))
+    # jsonb cannot store NUL or lone surrogates; an error that could not be stored
+    # would be lost, and one of any size would bloat every read of the run.
+    message: str | msgspec.Raw = codec.storable_text(error_message(exc), _MESSAGE_LIMIT)
+    trace: str | msgspec.Raw = codec.storable_text(tb, _TRACEBACK_LIMIT)
+    if cipher is not None:
+        message = msgspec.Raw(cipher.seal(codec.encode_plain(message)))
+        trace = msgspec.Raw(cipher.seal(codec.encode_plain(trace)))
     return codec.encode_plain(
         {
             "attempt": claimed.attempt,
             "node": claimed.node,
             "type": error_type(exc, kind),
-            # jsonb cannot store NUL or lone surrogates; an error that could not be stored
-            # would be lost, and one of any size would bloat every read of the run.
-            "message": codec.storable_text(error_message(exc), _MESSAGE_LIMIT),
-            "traceback": codec.storable_text(tb, _TRACEBACK_LIMIT),
+            "message": message,
+            "traceback": trace,
             "started_at": claimed.claimed_at.isoformat(),
             "at": dt.datetime.now(dt.UTC).isoformat(),
         }

@@ -13,6 +13,7 @@ from cyclone._enqueue.targets import InsertSettings
 from cyclone._model.ports import ClientPort
 
 if TYPE_CHECKING:
+    from cyclone._model.keyring import Keyring
     from cyclone._services.bundle import Services
     from cyclone._services.runs import Retention
 
@@ -36,6 +37,11 @@ class WorkerClient(ClientPort, Protocol):
         ...
 
     @property
+    def cipher(self) -> Keyring | None:
+        """The keyring that seals payloads, or None."""
+        ...
+
+    @property
     def retention(self) -> Retention | None:
         """Which terminal runs the worker's maintenance deletes."""
         ...
@@ -50,5 +56,7 @@ def insert_parts(client: WorkerClient) -> Parts:
     child runs): its statements, limit, observers, database and publisher; the handles it
     gives are the client's."""
     services = client.services
-    settings = InsertSettings(services.database.queries, client.payload_limit, services.observers)
+    settings = InsertSettings(
+        services.database.queries, client.payload_limit, services.observers, client.cipher
+    )
     return Parts(settings, services.database, services.publisher, owner=client)

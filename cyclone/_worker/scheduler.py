@@ -65,6 +65,7 @@ class Scheduler:
     ) -> None:
         self._services = services
         self._database = services.database
+        self._cipher = parts.settings.cipher  # seals the declared schedules' inputs
         self.declared = check_unique(list(schedules))
         self._firing = Firing(
             parts, self.declared, kinds=kinds, workflows=workflows, worker_id=worker_id
@@ -112,7 +113,8 @@ class Scheduler:
         if not self.declared:
             return
         now = dt.datetime.now(dt.UTC)
-        rows = [(s.name, definition(s, now)) for s in self.declared.values()]
+        cipher = self._cipher
+        rows = [(s.name, definition(s, now, cipher)) for s in self.declared.values()]
         async with self._database.acquire() as conn:
             await db.schedule_declare_many(conn, self._database.queries, self.lease, rows)
 

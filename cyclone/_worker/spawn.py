@@ -12,6 +12,7 @@ from cyclone._enqueue.insert import Inserter, Parts
 from cyclone._enqueue.targets import DatabaseTarget
 from cyclone._enqueue.wakeups import TrackedConnection
 from cyclone._model import codec
+from cyclone._model.keyring import reveal
 from cyclone._model.nodes import ChildStep
 from cyclone._model.wakeups import Wakeups
 from cyclone._services.transitions import Effects
@@ -30,6 +31,7 @@ class ChildSpawner:
     def __init__(self, parts: Parts, steps: Mapping[str, Step[Any, Any]]) -> None:
         self._inserter = Inserter(parts)
         self._payload_limit = parts.settings.payload_limit
+        self._cipher = parts.settings.cipher
         self._children = {
             name: cast("Workflow[Any]", step.workflow)
             for name, step in steps.items()
@@ -59,7 +61,8 @@ class ChildSpawner:
         claimed = outcome.claimed
         assert claimed.node is not None
         workflow = self._children[claimed.kind]
-        value = codec.decode(outcome.output, workflow.input_type)
+        output = outcome.output  # as stored: sealed when the client has a keyring
+        value = codec.decode(reveal(self._cipher, output), workflow.input_type)
         # Keyed by the attempt's task: a task's attempts make one child between them
         # (fenced, only one completes), and a new attempt after a failed child, or a
         # retry of the run, gets a new task.

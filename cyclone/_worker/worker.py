@@ -184,6 +184,7 @@ class Worker(AsyncResource, Generic[ClientT]):
             backoff=backoff,
             leases=self._leases,
             output_limit=client.output_limit,
+            cipher=client.cipher,
             observers=services.observers,
             new_context=services.new_context,
             threads=sum(self._queues.values()) if threads is None else threads,

@@ -8,7 +8,9 @@ traceback; ``cyclone worker`` waits for an unreachable database instead.
 
 The group and what every command shares are in ``_common``; each module after it adds one
 family of commands to ``main`` when imported: ``_worker`` (dev-db, migrate, worker),
-``_runs`` (runs, purge), ``_queues`` (stats, queues), ``_schedules``, ``_dashboard``.
+``_runs`` (runs, purge), ``_queues`` (stats, queues), ``_schedules``, ``_dashboard``,
+``_keys`` (the keyring's keys: count, rotate). ``CYCLONE_KEYS``, when set, is the keyring
+of every command's client.
 """
 
 try:
@@ -19,7 +21,7 @@ except ImportError as exc:
     raise SystemExit("the cyclone command needs its extra: pip install 'cyclone-pg[cli]'") from exc
 
 # Imported for the commands each adds to main.
-from cyclone.cli import _dashboard, _queues, _runs, _schedules, _worker  # noqa: F401
+from cyclone.cli import _dashboard, _keys, _queues, _runs, _schedules, _worker  # noqa: F401
 from cyclone.cli._common import main
 
 __all__ = ["main"]

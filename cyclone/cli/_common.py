@@ -22,6 +22,7 @@ from rich.text import Text
 
 from cyclone._client import Client
 from cyclone._model.errors import CycloneError
+from cyclone._model.keyring import Keyring
 from cyclone._storage.loader import validate_identifier
 from cyclone._storage.queries import DATABASE_ERRORS
 
@@ -95,8 +96,14 @@ async def _use_client(
     except (TimeoutError, *DATABASE_ERRORS, ValueError) as exc:
         raise Failure(f"cannot connect to the database: {exc}") from None
     try:
+        # CYCLONE_KEYS, when set, seals what commands write and opens what they show.
+        cipher = Keyring.from_env() if os.environ.get("CYCLONE_KEYS") else None
         client = Client(
-            pool, schema=schema, notify=opts["notify"], listen_dsn=opts.get("listen_dsn")
+            pool,
+            schema=schema,
+            notify=opts["notify"],
+            listen_dsn=opts.get("listen_dsn"),
+            cipher=cipher,
         )
         async with client:
             if check:

@@ -188,8 +188,9 @@ SELECT id FROM run;
 
 -- name: workflow_find_key(name, key, input)
 -- needs: 0001
--- submit_once's slow path: the key's run, and whether its input equals this call's as jsonb.
-SELECT id, input = :input::jsonb AS same_input, result_node
+-- submit_once's slow path: the key's run, and whether its input equals this call's as jsonb
+-- and the stored input (a sealed one, never equal as jsonb, is compared once opened).
+SELECT id, input = :input::jsonb AS same_input, result_node, input::text AS input
 FROM __schema__.cyclone_runs WHERE name = :name AND key = :key;
 
 -- name: wakeup_notify(channel, payloads)
