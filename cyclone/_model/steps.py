@@ -18,6 +18,7 @@ from cyclone._model.errors import InvalidInputError
 from cyclone._model.handles import ResultRun
 from cyclone._model.keys import validate_name
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, validate_int, validate_queue
+from cyclone._model.retention import Retention, check_retention
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -117,6 +118,7 @@ class Step(Kind[In_contra, Out_co]):
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
         timeout: float | dt.timedelta | None = None,
+        retention: Retention | None = None,
         output_type: Any = ...,
     ) -> None:
         from cyclone._model.options import seconds
@@ -140,6 +142,7 @@ class Step(Kind[In_contra, Out_co]):
         )
         self.handler = handler
         self.timeout = None if timeout is None else seconds(timeout, what="timeout")
+        self.retention = check_retention(retention, what=f"retention of step {self.name!r}")
 
     async def __call__(self, ctx: HandlerContext[Any], input: In_contra) -> Out_co:
         return await self.handler(ctx, input)
@@ -173,9 +176,11 @@ class KindOptions(TypedDict, total=False):
 
 
 class StepOptions(KindOptions, total=False):
-    """A step's defaults: a kind's, and the ``timeout`` of its handler."""
+    """A step's defaults: a kind's, the ``timeout`` of its handler, and the ``retention`` of
+    its runs."""
 
     timeout: float | dt.timedelta | None
+    retention: Retention | None
 
 
 def step(
@@ -189,6 +194,9 @@ def step(
     Options (:class:`StepOptions`): ``queue`` (``"default"``), ``max_attempts`` (10) and
     ``priority`` (0, higher first), defaults that an enqueue may override; and the
     handler's ``timeout`` in seconds or as a ``timedelta`` (None: no timeout).
+    ``retention`` (a :class:`Retention`) keeps the kind's ended runs for its own ages
+    instead of the client's, as the workers serving the step purge them; with
+    ``completed=KEEP_NOTHING`` a completed run is deleted as it completes.
     """
 
     def decorate(handler: Handler[Ctx, In, Out]) -> Step[In, Out]:

@@ -2,25 +2,33 @@
 
 Each pass reclaims tasks whose lease expired (their worker died or stalled) or whose
 worker's liveness session ended (presence.py), fails such last attempts, runs past their
-deadline and wait nodes past their timeout and, with a client ``retention``, purges old
-terminal runs. The rescue probe runs the reclaiming part at once when it sees a worker lost. Every
-step is safe to run from many workers at once: each statement locks what it changes, skips
-what another holds, and re-checks its condition under the lock.
+deadline and wait nodes past their timeout, ends the jobs not started by their expiry and
+purges old terminal runs: with the client's ``retention`` those of every name without one of
+its own (the names in ``cyclone_retention``), and those of the kinds and workflows this
+worker defines with one of their own by their own ages. Each pass records those names'
+retentions there first, so a worker that does not know a name leaves it alone. The rescue
+probe runs the reclaiming part at once when it sees a worker lost. Every step is safe to
+run from many workers at once: each statement locks what it changes, skips what another
+holds, and re-checks its condition under the lock.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cyclone._model import codec
+from cyclone._model.retention import Retention, Retentions
 from cyclone._services import transitions
 from cyclone._services.bundle import Services
-from cyclone._services.runs import Retention
 from cyclone._storage import queries as db
 from cyclone._worker.outcomes import describe_attempt
+
+if TYPE_CHECKING:
+    from cyclone._model.steps import Step
+    from cyclone._model.workflows import Workflow
 
 logger = logging.getLogger("cyclone")
 
@@ -29,9 +37,9 @@ _PURGE_BATCHES_PER_PASS = 10
 
 
 async def run_once(
-    services: Services, retention: Retention | None, *, worker_id: str, limit: int = 100
+    services: Services, retentions: Retentions, *, worker_id: str, limit: int = 100
 ) -> None:
-    """One maintenance pass for the schema of ``services``; with a ``retention``, purge."""
+    """One maintenance pass for the schema of ``services``, purging by ``retentions``."""
     log = {"worker": worker_id}
     effects = transitions.Effects()
     try:
@@ -39,12 +47,33 @@ async def run_once(
             await _Pass(services, conn, effects, limit, log).expire()
     finally:  # what committed is announced even if a later step of the pass failed
         services.publisher.publish(effects.payloads())
-    if retention is not None:
-        purged = await services.runs.purge(
-            retention.ages(), retention.batch, batches=_PURGE_BATCHES_PER_PASS
-        )
-        if purged:
-            logger.info("worker %s: retention purged %d runs", worker_id, purged, extra=log)
+    if retentions.own or retentions.known:
+        async with services.database.acquire() as conn:
+            await db.retention_declare(
+                conn,
+                services.database.queries,
+                [(name, r.seconds()) for name, r in sorted(retentions.own.items())],
+                retentions.known,
+            )
+    purged = 0
+    if retentions.client is not None:
+        purged += await _purge(services, retentions.client, names=None)
+    for name, own in sorted(retentions.own.items()):
+        purged += await _purge(services, own, names=[name])
+    if purged:
+        logger.info("worker %s: retention purged %d runs", worker_id, purged, extra=log)
+
+
+async def _purge(services: Services, retention: Retention, *, names: list[str] | None) -> int:
+    """Purge by ``retention``: runs of ``names``, or (None) of every name without a
+    retention of its own."""
+    return await services.runs.purge(
+        retention.ages(),
+        retention.batch,
+        batches=_PURGE_BATCHES_PER_PASS,
+        names=names,
+        others=names is None,
+    )
 
 
 async def rescue(
@@ -153,8 +182,19 @@ class _Pass:
             )
 
     async def expire_overdue(self) -> None:
-        """Fail the runs past their deadline and the wait nodes past their timeout."""
+        """Fail the runs past their deadline and the wait nodes past their timeout; end the
+        jobs not started by their expiry."""
         conn, q = self.conn, self.services.database.queries
+        for row in await db.job_expire(conn, q, self.limit):
+            self.effects.ended.add(row["run_id"])
+            if row["sequenced"]:  # the next job of its sequence may start now
+                self.effects.queues.add(row["queue"])
+            logger.warning(
+                "job %s (kind %s) was not started by its expiry: it ends expired without running",
+                row["run_id"],
+                row["kind"],
+                extra={"run_id": str(row["run_id"]), "kind": row["kind"], **self.log},
+            )
         for row in await db.run_deadline_due(conn, q, self.limit):
             error = codec.encode_plain(
                 {"type": "DeadlineExceeded", "message": "the run passed its deadline"}
@@ -221,3 +261,17 @@ def _fields(row: db.Record) -> dict[str, object]:
         "max_attempts": row["max_attempts"],
         "queue": row["queue"],
     }
+
+
+def retentions(
+    client: Retention | None,
+    steps: Mapping[str, Step[Any, Any]],
+    workflows: Mapping[str, Workflow[Any]],
+) -> Retentions:
+    """The retentions a worker with these ``steps`` and ``workflows`` applies: the client's,
+    and those the steps and workflows declare (``retention=``)."""
+    own: dict[str, Retention] = {
+        name: s.retention for name, s in steps.items() if s.retention is not None
+    }
+    own.update((name, wf.retention) for name, wf in workflows.items() if wf.retention is not None)
+    return Retentions(client, own, tuple(sorted({*steps, *workflows})))

@@ -13,8 +13,8 @@ from cyclone._enqueue.targets import InsertSettings
 from cyclone._model.ports import ClientPort
 
 if TYPE_CHECKING:
+    from cyclone._model.retention import Retention
     from cyclone._services.bundle import Services
-    from cyclone._services.runs import Retention
 
 
 class WorkerClient(ClientPort, Protocol):
