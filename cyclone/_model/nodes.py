@@ -329,6 +329,7 @@ class ChildStep(Step[Any, Any]):
         self.queue = steps[0].queue
         self.handler = self._input
         self.timeout = None
+        self.retention = None  # it makes no runs of its own name
         self.workflow = workflow
 
     @classmethod
