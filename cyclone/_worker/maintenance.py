@@ -15,6 +15,8 @@ holds, and re-checks its condition under the lock.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,12 +36,32 @@ logger = logging.getLogger("cyclone")
 
 # Retention batches per pass: a large backlog drains over passes, never in one long go.
 _PURGE_BATCHES_PER_PASS = 10
+DECLARE_EVERY = 60.0  # seconds between a worker's records of its names' own retentions
+
+
+class Retaining:
+    """What a worker's passes purge by (``retentions``), and when they next record its
+    names' own retentions in cyclone_retention: at its first pass, then every
+    ``DECLARE_EVERY`` seconds (its definitions do not change while it runs; the repeat
+    undoes a rolling deploy's older workers recording the opposite)."""
+
+    def __init__(self, retentions: Retentions) -> None:
+        self.retentions = retentions
+        self._declare_at = -math.inf
+
+    def declare_due(self) -> bool:
+        """Whether this pass records the names' retentions (and the next in a while)."""
+        now = time.monotonic()
+        if now < self._declare_at:
+            return False
+        self._declare_at = now + DECLARE_EVERY
+        return True
 
 
 async def run_once(
-    services: Services, retentions: Retentions, *, worker_id: str, limit: int = 100
+    services: Services, retaining: Retaining, *, worker_id: str, limit: int = 100
 ) -> None:
-    """One maintenance pass for the schema of ``services``, purging by ``retentions``."""
+    """One maintenance pass for the schema of ``services``, purging as ``retaining`` says."""
     log = {"worker": worker_id}
     effects = transitions.Effects()
     try:
@@ -47,7 +69,8 @@ async def run_once(
             await _Pass(services, conn, effects, limit, log).expire()
     finally:  # what committed is announced even if a later step of the pass failed
         services.publisher.publish(effects.payloads())
-    if retentions.own or retentions.known:
+    retentions = retaining.retentions
+    if (retentions.own or retentions.known) and retaining.declare_due():
         async with services.database.acquire() as conn:
             await db.retention_declare(
                 conn,

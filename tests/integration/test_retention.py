@@ -11,6 +11,8 @@ import asyncpg
 import pytest
 
 import cyclone
+from cyclone._model.retention import Retentions
+from cyclone._worker import maintenance
 from cyclone.testing.plugin import CycloneEnv
 from tests.conftest import count_rows, one_migration_behind
 
@@ -178,3 +180,9 @@ async def test_migration_0012_applies_on_a_schema_at_0011_with_rows(
         assert await new.wait(timeout=30) is cyclone.RunState.COMPLETED
     with pytest.raises(asyncpg.CheckViolationError, match="cyclone_runs_state_check"):
         await cyclone_env.pool.execute("UPDATE at11.cyclone_runs SET state = 'lost'")
+
+
+def test_a_worker_records_its_retentions_at_its_first_pass_then_now_and_then() -> None:
+    retaining = maintenance.Retaining(Retentions(None, {}, ("ret.plain",)))
+    assert retaining.declare_due()
+    assert not retaining.declare_due()  # again only after DECLARE_EVERY seconds
