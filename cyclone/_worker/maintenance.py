@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,9 @@ logger = logging.getLogger("cyclone")
 
 # Retention batches per pass: a large backlog drains over passes, never in one long go.
 _PURGE_BATCHES_PER_PASS = 10
+# Expired jobs ended per statement, and statements per pass.
+_EXPIRE_BATCH = 1000
+_EXPIRE_BATCHES_PER_PASS = 10
 DECLARE_EVERY = 60.0  # seconds between a worker's records of its names' own retentions
 
 
@@ -208,16 +212,7 @@ class _Pass:
         """Fail the runs past their deadline and the wait nodes past their timeout; end the
         jobs not started by their expiry."""
         conn, q = self.conn, self.services.database.queries
-        for row in await db.job_expire(conn, q, self.limit):
-            self.effects.ended.add(row["run_id"])
-            if row["sequenced"]:  # the next job of its sequence may start now
-                self.effects.queues.add(row["queue"])
-            logger.warning(
-                "job %s (kind %s) was not started by its expiry: it ends expired without running",
-                row["run_id"],
-                row["kind"],
-                extra={"run_id": str(row["run_id"]), "kind": row["kind"], **self.log},
-            )
+        await self.expire_jobs()
         for row in await db.run_deadline_due(conn, q, self.limit):
             error = codec.encode_plain(
                 {"type": "DeadlineExceeded", "message": "the run passed its deadline"}
@@ -245,6 +240,33 @@ class _Pass:
                     row["run_id"],
                     extra={"run_id": str(row["run_id"]), "node": row["node"], **self.log},
                 )
+
+    async def expire_jobs(self) -> None:
+        """End the jobs not started by their expiry, in batches: claims pass expired tasks
+        by one at a time, so a backlog of them is to go quickly."""
+        conn, q = self.conn, self.services.database.queries
+        for _ in range(_EXPIRE_BATCHES_PER_PASS):
+            rows = await db.job_expire(conn, q, _EXPIRE_BATCH)
+            for row in rows:
+                self.effects.ended.add(row["run_id"])
+                if row["sequenced"]:  # the next job of its sequence may start now
+                    self.effects.queues.add(row["queue"])
+                logger.debug(
+                    "job %s (kind %s) was not started by its expiry: it ends expired",
+                    row["run_id"],
+                    row["kind"],
+                    extra={"run_id": str(row["run_id"]), "kind": row["kind"], **self.log},
+                )
+            for kind, count in sorted(Counter(row["kind"] for row in rows).items()):
+                logger.info(
+                    "%d job(s) of kind %s were not started by their expiry: they end expired "
+                    "without running",
+                    count,
+                    kind,
+                    extra={"kind": kind, "count": count, **self.log},
+                )
+            if len(rows) < _EXPIRE_BATCH:
+                return
 
 
 def _message(worker: str | None, *, lost: bool) -> str:
