@@ -178,11 +178,12 @@ class RunNotFoundError(NotFoundError):
     """The run does not exist or is not visible to the client's pool.
 
     A run inserted in a transaction that has not committed, that rolled back, or a run
-    that was purged, all look the same: not found.
+    that was purged, all look the same: not found. ``why``, when known, says more (a wait
+    that saw the run, then found it gone).
     """
 
-    def __init__(self, run_id: uuid.UUID) -> None:
-        super().__init__(f"run {run_id} not found")
+    def __init__(self, run_id: uuid.UUID, why: str | None = None) -> None:
+        super().__init__(f"run {run_id} not found" + ("" if why is None else f": {why}"))
         self.run_id = run_id
 
 

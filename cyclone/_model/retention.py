@@ -90,9 +90,7 @@ def _secs(age: dt.timedelta | None) -> float | None:
 def check_retention(value: object, *, what: str) -> Retention | None:
     """``value`` if it is a :class:`Retention` or None; else a clear error."""
     if value is not None and not isinstance(value, Retention):
-        raise InvalidInputError(
-            f"{what} must be a cyclone.Retention (or None: the client's), got {value!r}"
-        )
+        raise InvalidInputError(f"{what} must be a cyclone.Retention or None, got {value!r}")
     return value
 
 

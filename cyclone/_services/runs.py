@@ -43,6 +43,11 @@ from cyclone._services.publisher import Publisher
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
 
+_GONE = (
+    "it was deleted as it ended: its kind keeps nothing once completed "
+    "(Retention(completed=KEEP_NOTHING)), so it has no state or result to read; or a purge "
+    "took it meanwhile"
+)
 WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notifications do
 DIAGNOSE_TIMEOUT = 2.0  # seconds a timed-out wait spends finding what holds the run up
 _T = TypeVar("_T")
@@ -124,8 +129,15 @@ class Runs:
             event = notifier.watch_run(run_id)
         try:
             delay = 0.05
+            seen = False
             while True:
-                state, found = await read(run_id)
+                try:
+                    state, found = await read(run_id)
+                except RunNotFoundError:
+                    if not seen:
+                        raise
+                    raise RunNotFoundError(run_id, _GONE) from None
+                seen = True
                 if state.terminal:
                     return state, found
                 if event is None:

@@ -6,6 +6,7 @@ its failures stay. Also: migration 0012 on a schema at 0011 with rows in it."""
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import asyncpg
 import pytest
@@ -114,9 +115,28 @@ async def test_keep_nothing_leaves_no_completed_run(cyclone_env: CycloneEnv) -> 
         for run in done:  # deleted as it completed: nothing left to wait for
             with pytest.raises(cyclone.RunNotFoundError):
                 await run.wait(timeout=30)
+
     assert await count_rows(cyclone_env, "cyclone_runs") == 1
     assert await count_rows(cyclone_env, "cyclone_tasks") == 0
     assert (await failed.info()).state is cyclone.RunState.FAILED
+
+
+async def test_a_wait_that_saw_the_run_says_why_it_is_gone(cyclone_env: CycloneEnv) -> None:
+    run_id = uuid.uuid4()
+    reads: list[uuid.UUID] = []
+
+    async def read(rid: uuid.UUID) -> tuple[cyclone.RunState, None]:
+        reads.append(rid)
+        if len(reads) > 1:  # deleted as it completed, as keep-nothing does
+            raise cyclone.RunNotFoundError(rid)
+        return cyclone.RunState.RUNNING, None
+
+    runs = cyclone_env.client.services.runs
+    with pytest.raises(cyclone.RunNotFoundError, match="keeps nothing once completed"):
+        await runs.until_ended(run_id, 30, read)
+    with pytest.raises(cyclone.RunNotFoundError) as never_seen:  # not found from the start
+        await cyclone_env.client.get_run(run_id)
+    assert str(never_seen.value) == f"run {run_id} not found"
 
 
 async def test_keep_nothing_inside_a_completion_transaction(cyclone_env: CycloneEnv) -> None:
