@@ -44,6 +44,7 @@ from cyclone._model.errors import (
     PayloadTooLargeError,
     ReadOnlyServerError,
     RunCancelledError,
+    RunExpiredError,
     RunFailedError,
     RunNotFoundError,
     RunOutcomeError,
@@ -75,6 +76,7 @@ from cyclone._model.nodes import MAX_ITEMS, Branch, Node
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions
 from cyclone._model.ports import Tx
 from cyclone._model.results import ResultWorkflow, define, define_result
+from cyclone._model.retention import KEEP_NOTHING, Retention
 from cyclone._model.schedules import (
     Schedule,
     schedule,
@@ -87,7 +89,6 @@ from cyclone._model.workflows import Workflow
 from cyclone._services.keys import Keys
 from cyclone._services.observe import Observer
 from cyclone._services.queues import KindLimits, QueueLimits, Queues, QueueSettings
-from cyclone._services.runs import Retention
 from cyclone._services.schedules import ScheduleInfo, Schedules
 from cyclone._worker.worker import Worker, exponential_backoff
 
@@ -101,6 +102,7 @@ except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path, ne
     __version__ = "0+unknown"
 
 __all__ = [
+    "KEEP_NOTHING",
     "MAX_ITEMS",
     "BatchContext",
     "BatchStep",
@@ -151,6 +153,7 @@ __all__ = [
     "Retention",
     "Run",
     "RunCancelledError",
+    "RunExpiredError",
     "RunFailedError",
     "RunInfo",
     "RunNotFoundError",

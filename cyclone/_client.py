@@ -32,6 +32,7 @@ from cyclone._model.handles import ResultRun, Run, RunPage, RunQuery, RunState
 from cyclone._model.keyring import Keyring, checked_keyring
 from cyclone._model.keys import validate_name
 from cyclone._model.options import seconds, validate_int
+from cyclone._model.retention import PURGE_BATCH, Retention, check_retention
 from cyclone._model.stats import QueueStats, Throughput, WorkerInfo
 from cyclone._model.wakeups import Wakeups
 from cyclone._services import migrator, stats
@@ -44,7 +45,7 @@ from cyclone._services.observe import Observer, Observers
 from cyclone._services.publisher import Publisher
 from cyclone._services.queues import Queues
 from cyclone._services.resource import AsyncResource
-from cyclone._services.runs import PURGE_BATCH, Retention, Runs, search_args
+from cyclone._services.runs import Runs, search_args
 from cyclone._services.schedules import Schedules
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
@@ -67,7 +68,8 @@ class Client(AsyncResource):
     affect ``publish_wakeups``. ``notify_coalesce`` (seconds) gathers wakeups published within
     that window into one NOTIFY per queue. ``payload_limit`` and ``output_limit`` cap encoded
     inputs and outputs in bytes. ``retention`` (a :class:`Retention`) makes every worker of this
-    client delete terminal runs once they are old enough. ``listen_dsn`` is where the LISTEN
+    client delete terminal runs once they are old enough, for every name without a retention of
+    its own (a step's or workflow's ``retention=``). ``listen_dsn`` is where the LISTEN
     connection goes (default: the pool's own connect arguments): a DSN straight to PostgreSQL
     when the pool goes through PgBouncer in transaction mode, which cannot keep a LISTEN.
     ``cipher`` (a :class:`Keyring`) seals inputs, outputs, signal payloads and error messages
@@ -95,9 +97,7 @@ class Client(AsyncResource):
         self._channel = f"cyclone_{schema}"
         self.notify = bool(notify)
         self.notify_coalesce = seconds(notify_coalesce, what="notify_coalesce")
-        if retention is not None and not isinstance(retention, Retention):
-            raise InvalidInputError("retention must be a cyclone.Retention")
-        self.retention = retention
+        self.retention = check_retention(retention, what="retention")
         self.payload_limit = validate_int(payload_limit, what="payload_limit", low=1)
         self.output_limit = validate_int(output_limit, what="output_limit", low=1)
         if listen_dsn is not None and (not isinstance(listen_dsn, str) or not self.notify):
@@ -253,7 +253,12 @@ class Client(AsyncResource):
         self,
         older_than: dt.timedelta | float,
         *,
-        states: Iterable[RunState] = (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED),
+        states: Iterable[RunState] = (
+            RunState.COMPLETED,
+            RunState.FAILED,
+            RunState.CANCELLED,
+            RunState.EXPIRED,
+        ),
         on_batch: Callable[[int], None] | None = None,
     ) -> int:
         """Delete runs that ended more than ``older_than`` ago; return how many.

@@ -252,11 +252,16 @@ async def released_by_a_peer(env: CycloneEnv, run: cyclone.Run) -> None:
 
 async def one_migration_behind(env: CycloneEnv, schema: str) -> None:
     """Make ``schema`` as the previous release left it: every migration but the last."""
+    await migrated_to(env, schema, Queries(schema).migrations[-2].version)
+
+
+async def migrated_to(env: CycloneEnv, schema: str, version: int) -> None:
+    """Make ``schema`` as migration ``version`` left it."""
     queries = Queries(schema)
     async with env.pool.acquire() as conn:
         await conn.execute(queries["schema_create"])
         await conn.execute(queries["migrations_table"])
-        for m in queries.migrations[:-1]:
+        for m in [m for m in queries.migrations if m.version <= version]:
             await conn.execute(m.sql)
             sql, args = queries.bind("migrations_record", {"version": m.version, "name": m.name})
             await conn.execute(sql, *args)

@@ -160,6 +160,7 @@ class DatabaseTarget:
                         trace=trace,
                         notify=notify,
                         group=opts.group,
+                        expires_at=opts.expires_at,
                     )
                 except self.notify_full as exc:
                     if notify is None or "NOTIFY queue" not in str(exc):

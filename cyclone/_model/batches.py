@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, cast
 from cyclone._model.context import C, Completion, HandlerAttempt, HandlerScope
 from cyclone._model.errors import ContextError, InvalidInputError
 from cyclone._model.options import seconds
+from cyclone._model.retention import check_retention
 from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, Kind, Step, StepOptions
 
 if TYPE_CHECKING:
@@ -137,6 +138,9 @@ class BatchStep(Step[In, Out]):
             queue=options.get("queue", DEFAULT_QUEUE),
             max_attempts=options.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
             priority=options.get("priority", 0),
+        )
+        self.retention = check_retention(
+            options.get("retention"), what=f"retention of batch step {self.name!r}"
         )
         timeout = options.get("timeout")
         self.batch_handler = handler

@@ -10,6 +10,7 @@
     ├── RunOutcomeError             result(): the run ended without a result to give
     │   ├── RunFailedError            the run failed
     │   ├── RunCancelledError         the run was cancelled
+    │   ├── RunExpiredError           the job expired before it started
     │   └── NoOutputError             the run has no result node
     ├── NotFoundError               the call names something that does not exist (here)
     │   ├── RunNotFoundError          the run is not visible (uncommitted, rolled back, purged)
@@ -155,6 +156,18 @@ class RunCancelledError(RunOutcomeError):
         super().__init__(f"run {run_id} was cancelled", run_id)
 
 
+class RunExpiredError(RunOutcomeError):
+    """The job was not started by its expiry (``expires_at=`` or ``expires_in=``), so it
+    never ran and has no result."""
+
+    def __init__(self, run_id: uuid.UUID) -> None:
+        super().__init__(
+            f"run {run_id} expired before a worker started it: enqueue it again, or give it "
+            "a later expiry",
+            run_id,
+        )
+
+
 # Not found: the call names something that does not exist here.
 
 
@@ -167,11 +180,12 @@ class RunNotFoundError(NotFoundError):
     """The run does not exist or is not visible to the client's pool.
 
     A run inserted in a transaction that has not committed, that rolled back, or a run
-    that was purged, all look the same: not found.
+    that was purged, all look the same: not found. ``why``, when known, says more (a wait
+    that saw the run, then found it gone).
     """
 
-    def __init__(self, run_id: uuid.UUID) -> None:
-        super().__init__(f"run {run_id} not found")
+    def __init__(self, run_id: uuid.UUID, why: str | None = None) -> None:
+        super().__init__(f"run {run_id} not found" + ("" if why is None else f": {why}"))
         self.run_id = run_id
 
 

@@ -69,6 +69,8 @@ class ReasonCode(enum.StrEnum):
     """The run failed; ``run.retry_all()`` re-opens it."""
     CANCELLED = "cancelled"
     """The run was cancelled."""
+    EXPIRED = "expired"
+    """The job was not started by its expiry, and never ran; enqueue it again to run it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,13 +20,15 @@ Out_co = TypeVar("Out_co", covariant=True)
 
 
 class RunState(enum.StrEnum):
-    """A run's state. ``COMPLETED``, ``FAILED`` and ``CANCELLED`` are terminal."""
+    """A run's state. ``COMPLETED``, ``FAILED``, ``CANCELLED`` and ``EXPIRED`` (a job not
+    started by its expiry) are terminal."""
 
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"
 
     @property
     def terminal(self) -> bool:
@@ -34,7 +36,7 @@ class RunState(enum.StrEnum):
         return self in _TERMINAL
 
 
-_TERMINAL = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
+_TERMINAL = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.EXPIRED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +232,12 @@ class Run:
         return await self._runs.status(self.id)
 
     async def wait(self, timeout: float | None = None) -> RunState:
-        """Wait until the run ends and return its state; ``TimeoutError`` after ``timeout``."""
+        """Wait until the run ends and return its state; ``TimeoutError`` after ``timeout``.
+
+        A job not started by its expiry ends :attr:`RunState.EXPIRED`. A run of a kind that
+        keeps nothing once completed is deleted as it completes: waiting for it then raises
+        :class:`RunNotFoundError` (its failures, cancellations and expiries are kept).
+        """
         return await self._runs.wait(self.id, timeout)
 
     async def info(self) -> RunInfo:
@@ -242,7 +249,7 @@ class Run:
 
         A pending or running run is cancelled (its running handlers stop within a heartbeat),
         and so is a failed one (a failed sequenced job then stops blocking its sequence). A
-        completed or cancelled run is left as it is: False.
+        completed, cancelled or expired run is left as it is: False.
         """
         return await self._runs.cancel(self.id)
 
@@ -300,8 +307,11 @@ class ResultRun(Run, Generic[Out_co]):
     async def result(self, timeout: float | None = None) -> Out_co:
         """Wait for the run and return its typed output.
 
-        Raises :class:`RunFailedError`, :class:`RunCancelledError`, or
-        :class:`NoOutputError` when the run has no result node.
+        Raises :class:`RunFailedError`, :class:`RunCancelledError`,
+        :class:`RunExpiredError` (a job not started by its expiry), or
+        :class:`NoOutputError` when the run has no result node. A run whose kind keeps
+        nothing once completed (``Retention(completed=KEEP_NOTHING)``) is deleted as it
+        completes, so this raises :class:`RunNotFoundError` for it.
         """
         result: Out_co = await self._runs.result(self.id, self.output_type, timeout)
         return result

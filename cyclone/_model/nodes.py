@@ -220,6 +220,7 @@ class ChildStep(Step[Any, Any]):
         self.handler = self._input
         self.is_sync = False
         self.timeout = None
+        self.retention = None  # it makes no runs of its own name
         self.workflow = workflow
 
     @classmethod

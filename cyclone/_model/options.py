@@ -38,12 +38,19 @@ class SubmitOptions(TypedDict, total=False):
 
 
 class EnqueueManyOptions(SubmitOptions, total=False):
-    """Options of ``enqueue_many``: a submit's, plus ``queue``, ``sequence`` and
-    ``max_attempts`` (``unique`` applies to a single enqueue only)."""
+    """Options of ``enqueue_many``: a submit's, plus ``queue``, ``sequence``,
+    ``max_attempts`` and an expiry (``unique`` applies to a single enqueue only).
+
+    ``expires_at`` (an aware datetime) or ``expires_in`` (a timedelta or seconds from now):
+    a job not started by then never runs; it ends :attr:`RunState.EXPIRED`. Once started it
+    no longer expires, its retries included.
+    """
 
     queue: str
     sequence: str
     max_attempts: int
+    expires_at: dt.datetime
+    expires_in: dt.timedelta | float
 
 
 class EnqueueOptions(EnqueueManyOptions, total=False):
@@ -103,6 +110,7 @@ class Options:
     group: str | None = None
     debounce: Debounce[Any] | None = None
     throttle: Throttle | None = None
+    expires_at: dt.datetime | None = None
 
     @property
     def gated(self) -> bool:
@@ -127,6 +135,8 @@ def parse(
     group: object = None,
     debounce: object = None,
     throttle: object = None,
+    expires_at: object = None,
+    expires_in: object = None,
 ) -> Options:
     """Check every option and return them normalised; raise before anything is written."""
     debounced, throttled = check_gates(
@@ -144,6 +154,12 @@ def parse(
         at = _aware(process_at, what="process_at")
     elif process_in is not None:
         at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds(process_in, what="process_in"))
+    expiry = _expiry(expires_at, expires_in, due=at)
+    if expiry is not None and (debounced is not None or throttled is not None):
+        raise InvalidInputError(
+            "expires_at/expires_in cannot be combined with debounce= or throttle=, whose "
+            "enqueues may land on a run already waiting: give the expiry to plain enqueues"
+        )
     return Options(
         queue=None if queue is None else validate_queue(queue),
         process_at=at,
@@ -157,12 +173,42 @@ def parse(
         group=None if group is None else validate_key(group, what="group key"),
         debounce=debounced,
         throttle=throttled,
+        expires_at=expiry,
     )
+
+
+def _expiry(
+    expires_at: object, expires_in: object, *, due: dt.datetime | None
+) -> dt.datetime | None:
+    """When a job expires, from ``expires_at`` or ``expires_in``; it must be after ``due``
+    (its process_at), or the job could never start."""
+    if expires_at is not None and expires_in is not None:
+        raise InvalidInputError("give expires_at or expires_in, not both")
+    if expires_at is not None:
+        expiry = _aware(expires_at, what="expires_at")
+    elif expires_in is not None:
+        expiry = dt.datetime.now(dt.UTC) + dt.timedelta(
+            seconds=seconds(expires_in, what="expires_in")
+        )
+    else:
+        return None
+    if due is not None and expiry <= due:
+        raise InvalidInputError(
+            f"the job would expire ({expiry.isoformat()}) before it is due "
+            f"({due.isoformat()}): give an expiry after process_at/process_in"
+        )
+    return expiry
 
 
 def check_options(options: Mapping[str, Any], allowed: frozenset[str], *, call: str) -> Options:
     """Reject unknown option names, then parse the rest."""
     unknown = sorted(set(options) - allowed)
+    expiry = [name for name in unknown if name in ("expires_at", "expires_in")]
+    if expiry:
+        raise InvalidInputError(
+            f"{expiry[0]} applies to standalone jobs only, not to {call}: give the workflow a "
+            "run_deadline to bound how long its run may take"
+        )
     if unknown:
         known = ", ".join(sorted(allowed))
         raise InvalidInputError(

@@ -9,6 +9,7 @@ from cyclone._model.errors import InvalidInputError, UnknownNodeError
 from cyclone._model.handles import ResultRun
 from cyclone._model.nodes import Node, accepts
 from cyclone._model.options import SubmitOptions
+from cyclone._model.retention import Retention
 from cyclone._model.steps import Kind
 from cyclone._model.workflows import Workflow
 
@@ -22,8 +23,17 @@ Out = TypeVar("Out")
 class ResultWorkflow(Workflow[In], Generic[In, Out]):
     """A workflow whose run has a typed result: the output of its result node."""
 
-    def __init__(self, name: str, input_type: Any, output_type: Any) -> None:
-        super().__init__(name, input_type)
+    def __init__(
+        self, name: str, input_type: Any, output_type: Any, *, retention: Retention | None = None
+    ) -> None:
+        if retention is not None and retention.keeps_nothing:
+            raise InvalidInputError(
+                f"result workflow {name!r} cannot keep nothing once completed: run.result() "
+                "reads the completed run. Keep completed runs a while (a short "
+                "Retention(completed=...)), or use cyclone.define for a workflow without a "
+                "result"
+            )
+        super().__init__(name, input_type, retention=retention)
         codec.check_type(output_type, what=f"result of workflow {self.name!r}")
         self.output_type = output_type
 
@@ -78,23 +88,37 @@ class ResultWorkflow(Workflow[In], Generic[In, Out]):
 
 
 @overload
-def define(name: str, input_type: type[In]) -> Workflow[In]: ...
+def define(
+    name: str, input_type: type[In], *, retention: Retention | None = None
+) -> Workflow[In]: ...
 @overload
-def define(name: str, input_type: Any) -> Workflow[Any]: ...
-def define(name: str, input_type: Any) -> Workflow[Any]:
-    """Define a workflow named ``name`` taking ``input_type``; add nodes with ``node``."""
-    return Workflow(name, input_type)
+def define(name: str, input_type: Any, *, retention: Retention | None = None) -> Workflow[Any]: ...
+def define(name: str, input_type: Any, *, retention: Retention | None = None) -> Workflow[Any]:
+    """Define a workflow named ``name`` taking ``input_type``; add nodes with ``node``.
+
+    ``retention`` (a :class:`Retention`) keeps this workflow's ended runs for its own ages
+    instead of the client's; the workers given the workflow purge them.
+    """
+    return Workflow(name, input_type, retention=retention)
 
 
 @overload
 def define_result(
-    name: str, input_type: type[In], output_type: type[Out]
+    name: str, input_type: type[In], output_type: type[Out], *, retention: Retention | None = None
 ) -> ResultWorkflow[In, Out]: ...
 @overload
-def define_result(name: str, input_type: Any, output_type: Any) -> ResultWorkflow[Any, Any]: ...
-def define_result(name: str, input_type: Any, output_type: Any) -> ResultWorkflow[Any, Any]:
-    """Define a workflow with a typed result; pick the result node with ``set_result``."""
-    return ResultWorkflow(name, input_type, output_type)
+def define_result(
+    name: str, input_type: Any, output_type: Any, *, retention: Retention | None = None
+) -> ResultWorkflow[Any, Any]: ...
+def define_result(
+    name: str, input_type: Any, output_type: Any, *, retention: Retention | None = None
+) -> ResultWorkflow[Any, Any]:
+    """Define a workflow with a typed result; pick the result node with ``set_result``.
+
+    ``retention`` is :func:`define`'s, except that it cannot keep nothing once completed:
+    ``run.result()`` reads the completed run.
+    """
+    return ResultWorkflow(name, input_type, output_type, retention=retention)
 
 
 def require_workflow(workflow: object, *, call: str) -> None:

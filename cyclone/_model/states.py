@@ -3,8 +3,8 @@
 Three tables carry a ``state`` column, each with a vocabulary of its own (the migrations'
 CHECK constraints):
 
-- ``cyclone_runs``: a run's stored :class:`RunState` (pending, completed, failed, cancelled;
-  ``RUNNING`` is only ever reported, never stored).
+- ``cyclone_runs``: a run's stored :class:`RunState` (pending, completed, failed, cancelled,
+  expired; ``RUNNING`` is only ever reported, never stored).
 - ``cyclone_steps``: a workflow node's :class:`NodeState` (the table keeps its old name; a
   standalone job has no row there: its run row carries its one node).
 - ``cyclone_tasks``: a live task's :class:`TaskState`. A task row exists only while its
@@ -78,6 +78,7 @@ class ReportedNodeState(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
+    EXPIRED = "expired"  # a job's, when it was not started by its expiry
 
 
 STORED_RUN_STATES = frozenset(RunState) - {RunState.RUNNING}
@@ -124,7 +125,7 @@ _NEW = ()  # the statement inserts the row
 _GONE = None  # the statement deletes the row
 
 R, N, T = RunState, NodeState, TaskState
-_ENDED = (R.COMPLETED, R.FAILED, R.CANCELLED)
+_ENDED = (R.COMPLETED, R.FAILED, R.CANCELLED, R.EXPIRED)
 _LIVE_TASK = (T.AVAILABLE, T.RUNNING, T.FAILED)
 _ENQUEUE = "job_insert_many"
 _UNIQUE = "job_insert_unique"
@@ -148,6 +149,11 @@ TRANSITIONS: tuple[Transition, ...] = (
         "scheduler"),
     *_t(Table.RUNS, R.PENDING, R.COMPLETED, "job_complete_many", f"{_FENCED}; run pending",
         "completer"),
+    *_t(Table.RUNS, R.PENDING, _GONE, "job_discard_many",
+        f"its kind keeps nothing once completed; {_FENCED}; run pending", "completer"),
+    *_t(Table.RUNS, R.PENDING, R.EXPIRED, "job_expire",
+        "its task, available and never started, is past its expiry (locked, SKIP LOCKED)",
+        "maintenance (expiry)"),
     *_t(Table.RUNS, R.PENDING, R.COMPLETED, "node_advance",
         "run pending (locked); its last remaining node completed", "completer, signal, retry"),
     *_t(Table.RUNS, R.PENDING, R.FAILED, "job_fail",
@@ -246,8 +252,8 @@ TRANSITIONS: tuple[Transition, ...] = (
     *_t(Table.TASKS, T.FAILED, T.AVAILABLE, "job_reopen",
         "the failed sequenced job's blocking task", "retry"),
     *_t(Table.TASKS, T.AVAILABLE, T.RUNNING, "task_claim task_claim_plain",
-        "due, kind (and workflow) served, run pending, first live task of its sequence, "
-        "room under flow control; not locked by another (SKIP LOCKED)", "producer"),
+        "due, not expired, kind (and workflow) served, run pending, first live task of its "
+        "sequence, room under flow control; not locked by another (SKIP LOCKED)", "producer"),
     *_t(Table.TASKS, T.RUNNING, T.AVAILABLE, "task_retry_many", f"{_FENCED}; run pending",
         "completer (retry, snooze)"),
     *_t(Table.TASKS, T.RUNNING, T.AVAILABLE, "task_reclaim task_rescue",
@@ -257,7 +263,11 @@ TRANSITIONS: tuple[Transition, ...] = (
         f"a sequenced job's last attempt; {_FENCED}", "completer, maintenance"),
     *_t(Table.TASKS, (T.AVAILABLE, T.RUNNING), T.FAILED, "job_end",
         "a sequenced job past its deadline", "maintenance (deadline)"),
-    *_t(Table.TASKS, T.RUNNING, _GONE, "job_complete_many node_complete_many", _FENCED,
+    *_t(Table.TASKS, T.AVAILABLE, _GONE, "job_expire",
+        "a job's task never started, past its expiry; not locked by another (SKIP LOCKED)",
+        "maintenance (expiry)"),
+    *_t(Table.TASKS, T.RUNNING, _GONE, "job_complete_many job_discard_many node_complete_many",
+        _FENCED,
         "completer"),
     *_t(Table.TASKS, T.RUNNING, _GONE, "task_retry_many task_reclaim task_rescue",
         "as to available, but its run is no longer pending (parked)",

@@ -20,6 +20,7 @@ from cyclone._model.errors import InvalidInputError
 from cyclone._model.handles import ResultRun
 from cyclone._model.keys import validate_name
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, validate_int, validate_queue
+from cyclone._model.retention import Retention, check_retention
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -123,6 +124,7 @@ class Step(Kind[In_contra, Out_co]):
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
         timeout: float | dt.timedelta | None = None,
+        retention: Retention | None = None,
         output_type: Any = ...,
     ) -> None:
         from cyclone._model.options import seconds
@@ -148,6 +150,7 @@ class Step(Kind[In_contra, Out_co]):
         self.is_sync = not inspect.iscoroutinefunction(handler)
         """True for a plain ``def`` handler, which a worker runs in a thread."""
         self.timeout = None if timeout is None else seconds(timeout, what="timeout")
+        self.retention = check_retention(retention, what=f"retention of step {self.name!r}")
 
     async def __call__(self, ctx: HandlerContext[Any], input: In_contra) -> Out_co:
         if self.is_sync:
@@ -192,9 +195,11 @@ class KindOptions(TypedDict, total=False):
 
 
 class StepOptions(KindOptions, total=False):
-    """A step's defaults: a kind's, and the ``timeout`` of its handler."""
+    """A step's defaults: a kind's, the ``timeout`` of its handler, and the ``retention`` of
+    its runs."""
 
     timeout: float | dt.timedelta | None
+    retention: Retention | None
 
 
 class StepDecorator(Protocol):
@@ -228,6 +233,10 @@ def step(name: str, **options: Unpack[StepOptions]) -> StepDecorator:
 
     The handler is an ``async def``, or a plain ``def`` for blocking or CPU-bound code,
     which a worker runs in a thread (docs/sync-handlers.md).
+
+    ``retention`` (a :class:`Retention`) keeps the kind's ended runs for its own ages
+    instead of the client's, as the workers serving the step purge them; with
+    ``completed=KEEP_NOTHING`` a completed run is deleted as it completes.
     """
 
     def decorate(handler: Callable[[Any, Any], Any]) -> Step[Any, Any]:

@@ -22,6 +22,7 @@ from cyclone._model.maps import check_items
 from cyclone._model.nodes import Node
 from cyclone._model.options import SubmitOptions, check_options
 from cyclone._model.plans import Layout, SubmitPlan
+from cyclone._model.retention import Retention, check_retention
 from cyclone._model.steps import Step
 
 if TYPE_CHECKING:
@@ -48,10 +49,11 @@ class Submittable(Generic[In]):
     """A named workflow taking ``In`` and the nodes defined so far: what workers read of it,
     the plan of a submit, and ``submit`` and its siblings."""
 
-    def __init__(self, name: str, input_type: Any) -> None:
+    def __init__(self, name: str, input_type: Any, *, retention: Retention | None = None) -> None:
         self.name = validate_name(name, what="a workflow's name")
         codec.check_type(input_type, what=f"input of workflow {self.name!r}")
         self.input_type = input_type
+        self.retention = check_retention(retention, what=f"retention of workflow {self.name!r}")
         self._nodes: dict[str, Node[Any]] = {}
         self._result: str | None = None
         self._layout: Layout | None = None

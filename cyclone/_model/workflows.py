@@ -32,6 +32,7 @@ from cyclone._model.nodes import (
     join_spec,
 )
 from cyclone._model.options import seconds
+from cyclone._model.retention import Retention
 from cyclone._model.settled import Settled
 from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, Kind
 from cyclone._model.submission import Resulting, Submittable
@@ -54,8 +55,8 @@ def defined_workflows() -> list[Workflow[Any]]:
 class Workflow(Submittable[In]):
     """A named DAG of steps; every ``submit`` makes a new run, ``submit_once`` one per key."""
 
-    def __init__(self, name: str, input_type: Any) -> None:
-        super().__init__(name, input_type)
+    def __init__(self, name: str, input_type: Any, *, retention: Retention | None = None) -> None:
+        super().__init__(name, input_type, retention=retention)
         _DEFINED.add(self)
 
     def __repr__(self) -> str:

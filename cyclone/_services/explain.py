@@ -58,6 +58,13 @@ def ended(run: db.Record, cipher: Keyring | None = None) -> Reason:
         return Reason(None, ReasonCode.COMPLETED, f"The run completed at {at}.")
     if state == RunState.CANCELLED:
         return Reason(None, ReasonCode.CANCELLED, f"The run was cancelled at {at}.")
+    if state == RunState.EXPIRED:
+        return Reason(
+            None,
+            ReasonCode.EXPIRED,
+            f"The job expired at {at} before a worker started it, and never ran: enqueue it "
+            "again, with a later expiry if it waits that long.",
+        )
     error = codec.decode(shown(cipher, run["error"]), dict[str, Any]) if run["error"] else {}
     why = f": {error.get('type')}: {error.get('message')}" if error else ""
     return Reason(

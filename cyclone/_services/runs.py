@@ -13,7 +13,6 @@ import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cyclone._model import codec
@@ -22,6 +21,7 @@ from cyclone._model.errors import (
     InvalidStateError,
     NoOutputError,
     RunCancelledError,
+    RunExpiredError,
     RunFailedError,
     RunNotFoundError,
 )
@@ -44,46 +44,11 @@ from cyclone._services.publisher import Publisher
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
 
-# Runs deleted per purge statement: each sweep holds its locks only briefly.
-PURGE_BATCH = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    """How long terminal runs are kept before the workers' sweeper deletes them.
-
-    ``None`` keeps runs in that state forever. A run's submit key stays taken while the
-    run is kept, so keep runs longer than a caller may retry a request. ``batch`` caps the
-    rows deleted per statement, so each sweep holds its locks only briefly.
-    """
-
-    completed: dt.timedelta | None = None
-    failed: dt.timedelta | None = None
-    cancelled: dt.timedelta | None = None
-    batch: int = PURGE_BATCH
-
-    def __post_init__(self) -> None:
-        for name in ("completed", "failed", "cancelled"):
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, dt.timedelta) or value < dt.timedelta(0)
-            ):
-                raise InvalidInputError(f"Retention.{name} must be a non-negative timedelta")
-        validate_int(self.batch, what="Retention.batch", low=1)
-
-    def ages(self) -> list[tuple[RunState, dt.timedelta]]:
-        """Each state with a retention, and its age."""
-        return [
-            (state, age)
-            for state, age in (
-                (RunState.COMPLETED, self.completed),
-                (RunState.FAILED, self.failed),
-                (RunState.CANCELLED, self.cancelled),
-            )
-            if age is not None
-        ]
-
-
+_GONE = (
+    "it was deleted as it ended: its kind keeps nothing once completed "
+    "(Retention(completed=KEEP_NOTHING)), so it has no state or result to read; or a purge "
+    "took it meanwhile"
+)
 WAIT_POLL_MAX = 1.0  # run.wait() polls at least this often, whatever notifications do
 DIAGNOSE_TIMEOUT = 2.0  # seconds a timed-out wait spends finding what holds the run up
 _T = TypeVar("_T")
@@ -172,8 +137,15 @@ class Runs:
             event = notifier.watch_run(run_id)
         try:
             delay = 0.05
+            seen = False
             while True:
-                state, found = await read(run_id)
+                try:
+                    state, found = await read(run_id)
+                except RunNotFoundError:
+                    if not seen:
+                        raise
+                    raise RunNotFoundError(run_id, _GONE) from None
+                seen = True
                 if state.terminal:
                     return state, found
                 if event is None:
@@ -277,9 +249,13 @@ class Runs:
         *,
         batches: int | None,
         on_batch: Callable[[int], None] | None = None,
+        names: Sequence[str] | None = None,
+        others: bool = False,
     ) -> int:
         """Purge in batches of ``batch``, each its own transaction; stop after ``batches``
-        per state. The cutoff is fixed at the start, so a busy system cannot keep it going."""
+        per state. The cutoff is fixed at the start, so a busy system cannot keep it going.
+        Runs of ``names`` only (None: any); with ``others``, only of names without a
+        retention of their own."""
         now = dt.datetime.now(dt.UTC)
         total = 0
         for state, age in ages:
@@ -287,7 +263,13 @@ class Runs:
             while batches is None or done < batches:
                 async with self.database.acquire() as conn:
                     count = await db.run_purge(
-                        conn, self.database.queries, now - age, [state.value], batch
+                        conn,
+                        self.database.queries,
+                        now - age,
+                        [state.value],
+                        batch,
+                        names=names,
+                        others=others,
                     )
                 total += count
                 done += 1
@@ -309,6 +291,8 @@ def result_of(run_id: uuid.UUID, row: db.Record, output_type: Any, cipher: Keyri
         raise RunFailedError(run_id, _decoded(row["error"], cipher))
     if row["state"] == "cancelled":
         raise RunCancelledError(run_id)
+    if row["state"] == "expired":
+        raise RunExpiredError(run_id)
     if not row["job"] and row["result_node"] is None:
         raise NoOutputError(run_id)
     if not row["job"] and row["output"] is None:  # a branch before it was not taken

@@ -66,7 +66,7 @@ class Completer:
     """Writes the outcomes of one worker's attempts and announces what they changed.
 
     ``bound`` is how many outcomes may wait unwritten; ``on_written`` is called after each
-    batch (room was made)."""
+    batch (room was made); ``discard``: the kinds whose completed jobs keep nothing."""
 
     def __init__(
         self,
@@ -77,10 +77,11 @@ class Completer:
         on_written: Callable[[], None] = lambda: None,
         batch_size: int = 200,
         spawn: Spawn | None = None,
+        discard: frozenset[str] = frozenset(),
     ) -> None:
         self._database = database
         self._spawn = spawn  # made ready as an outcome arrives; submitted by the writes
-        self._writes = OutcomeWrites(database.queries, spawn)
+        self._writes = OutcomeWrites(database.queries, spawn, discard)
         self._connections = Held(database, keep=_WRITERS)  # its writers', between batches
         self._publisher = publisher
         self._bound = bound

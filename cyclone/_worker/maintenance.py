@@ -2,36 +2,70 @@
 
 Each pass reclaims tasks whose lease expired (their worker died or stalled) or whose
 worker's liveness session ended (presence.py), fails such last attempts, runs past their
-deadline and wait nodes past their timeout and, with a client ``retention``, purges old
-terminal runs. The rescue probe runs the reclaiming part at once when it sees a worker lost. Every
-step is safe to run from many workers at once: each statement locks what it changes, skips
-what another holds, and re-checks its condition under the lock.
+deadline and wait nodes past their timeout, ends the jobs not started by their expiry and
+purges old terminal runs: with the client's ``retention`` those of every name without one of
+its own (the names in ``cyclone_retention``), and those of the kinds and workflows this
+worker defines with one of their own by their own ages. Each pass records those names'
+retentions there first, so a worker that does not know a name leaves it alone. The rescue
+probe runs the reclaiming part at once when it sees a worker lost. Every step is safe to
+run from many workers at once: each statement locks what it changes, skips what another
+holds, and re-checks its condition under the lock.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cyclone._model import codec
+from cyclone._model.retention import Retention, Retentions
 from cyclone._services import transitions
 from cyclone._services.bundle import Services
-from cyclone._services.runs import Retention
 from cyclone._storage import queries as db
 from cyclone._worker.outcomes import describe_attempt
+
+if TYPE_CHECKING:
+    from cyclone._model.steps import Step
+    from cyclone._model.workflows import Workflow
 
 logger = logging.getLogger("cyclone")
 
 # Retention batches per pass: a large backlog drains over passes, never in one long go.
 _PURGE_BATCHES_PER_PASS = 10
+# Expired jobs ended per statement, and statements per pass.
+_EXPIRE_BATCH = 1000
+_EXPIRE_BATCHES_PER_PASS = 10
+DECLARE_EVERY = 60.0  # seconds between a worker's records of its names' own retentions
+
+
+class Retaining:
+    """What a worker's passes purge by (``retentions``), and when they next record its
+    names' own retentions in cyclone_retention: at its first pass, then every
+    ``DECLARE_EVERY`` seconds (its definitions do not change while it runs; the repeat
+    undoes a rolling deploy's older workers recording the opposite)."""
+
+    def __init__(self, retentions: Retentions) -> None:
+        self.retentions = retentions
+        self._declare_at = -math.inf
+
+    def declare_due(self) -> bool:
+        """Whether this pass records the names' retentions (and the next in a while)."""
+        now = time.monotonic()
+        if now < self._declare_at:
+            return False
+        self._declare_at = now + DECLARE_EVERY
+        return True
 
 
 async def run_once(
-    services: Services, retention: Retention | None, *, worker_id: str, limit: int = 100
+    services: Services, retaining: Retaining, *, worker_id: str, limit: int = 100
 ) -> None:
-    """One maintenance pass for the schema of ``services``; with a ``retention``, purge."""
+    """One maintenance pass for the schema of ``services``, purging as ``retaining`` says."""
     log = {"worker": worker_id}
     effects = transitions.Effects()
     try:
@@ -39,12 +73,34 @@ async def run_once(
             await _Pass(services, conn, effects, limit, log).expire()
     finally:  # what committed is announced even if a later step of the pass failed
         services.publisher.publish(effects.payloads())
-    if retention is not None:
-        purged = await services.runs.purge(
-            retention.ages(), retention.batch, batches=_PURGE_BATCHES_PER_PASS
-        )
-        if purged:
-            logger.info("worker %s: retention purged %d runs", worker_id, purged, extra=log)
+    retentions = retaining.retentions
+    if (retentions.own or retentions.known) and retaining.declare_due():
+        async with services.database.acquire() as conn:
+            await db.retention_declare(
+                conn,
+                services.database.queries,
+                [(name, r.seconds()) for name, r in sorted(retentions.own.items())],
+                retentions.known,
+            )
+    purged = 0
+    if retentions.client is not None:
+        purged += await _purge(services, retentions.client, names=None)
+    for name, own in sorted(retentions.own.items()):
+        purged += await _purge(services, own, names=[name])
+    if purged:
+        logger.info("worker %s: retention purged %d runs", worker_id, purged, extra=log)
+
+
+async def _purge(services: Services, retention: Retention, *, names: list[str] | None) -> int:
+    """Purge by ``retention``: runs of ``names``, or (None) of every name without a
+    retention of its own."""
+    return await services.runs.purge(
+        retention.ages(),
+        retention.batch,
+        batches=_PURGE_BATCHES_PER_PASS,
+        names=names,
+        others=names is None,
+    )
 
 
 async def rescue(
@@ -153,8 +209,10 @@ class _Pass:
             )
 
     async def expire_overdue(self) -> None:
-        """Fail the runs past their deadline and the wait nodes past their timeout."""
+        """Fail the runs past their deadline and the wait nodes past their timeout; end the
+        jobs not started by their expiry."""
         conn, q = self.conn, self.services.database.queries
+        await self.expire_jobs()
         for row in await db.run_deadline_due(conn, q, self.limit):
             error = codec.encode_plain(
                 {"type": "DeadlineExceeded", "message": "the run passed its deadline"}
@@ -182,6 +240,33 @@ class _Pass:
                     row["run_id"],
                     extra={"run_id": str(row["run_id"]), "node": row["node"], **self.log},
                 )
+
+    async def expire_jobs(self) -> None:
+        """End the jobs not started by their expiry, in batches: claims pass expired tasks
+        by one at a time, so a backlog of them is to go quickly."""
+        conn, q = self.conn, self.services.database.queries
+        for _ in range(_EXPIRE_BATCHES_PER_PASS):
+            rows = await db.job_expire(conn, q, _EXPIRE_BATCH)
+            for row in rows:
+                self.effects.ended.add(row["run_id"])
+                if row["sequenced"]:  # the next job of its sequence may start now
+                    self.effects.queues.add(row["queue"])
+                logger.debug(
+                    "job %s (kind %s) was not started by its expiry: it ends expired",
+                    row["run_id"],
+                    row["kind"],
+                    extra={"run_id": str(row["run_id"]), "kind": row["kind"], **self.log},
+                )
+            for kind, count in sorted(Counter(row["kind"] for row in rows).items()):
+                logger.info(
+                    "%d job(s) of kind %s were not started by their expiry: they end expired "
+                    "without running",
+                    count,
+                    kind,
+                    extra={"kind": kind, "count": count, **self.log},
+                )
+            if len(rows) < _EXPIRE_BATCH:
+                return
 
 
 def _message(worker: str | None, *, lost: bool) -> str:
@@ -221,3 +306,17 @@ def _fields(row: db.Record) -> dict[str, object]:
         "max_attempts": row["max_attempts"],
         "queue": row["queue"],
     }
+
+
+def retentions(
+    client: Retention | None,
+    steps: Mapping[str, Step[Any, Any]],
+    workflows: Mapping[str, Workflow[Any]],
+) -> Retentions:
+    """The retentions a worker with these ``steps`` and ``workflows`` applies: the client's,
+    and those the steps and workflows declare (``retention=``)."""
+    own: dict[str, Retention] = {
+        name: s.retention for name, s in steps.items() if s.retention is not None
+    }
+    own.update((name, wf.retention) for name, wf in workflows.items() if wf.retention is not None)
+    return Retentions(client, own, tuple(sorted({*steps, *workflows})))

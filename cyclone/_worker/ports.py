@@ -14,8 +14,8 @@ from cyclone._model.ports import ClientPort
 
 if TYPE_CHECKING:
     from cyclone._model.keyring import Keyring
+    from cyclone._model.retention import Retention
     from cyclone._services.bundle import Services
-    from cyclone._services.runs import Retention
 
 
 class WorkerClient(ClientPort, Protocol):

@@ -150,6 +150,8 @@ class Worker(AsyncResource, Generic[ClientT]):
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._kinds = sorted(self._steps)
         self._workflow_names = sorted(self._workflows)
+        retentions = maintenance.retentions(client.retention, self._steps, self._workflows)
+        self._retaining = maintenance.Retaining(retentions)
         self._presence = Presence(
             services,
             self.id,
@@ -176,6 +178,7 @@ class Worker(AsyncResource, Generic[ClientT]):
             ),
             on_written=self._room_made,
             spawn=ChildSpawner(parts, self._steps) or None,
+            discard=retentions.discarding(self._steps),
         )
         executor = Executor(
             self._steps,
@@ -375,8 +378,6 @@ class Worker(AsyncResource, Generic[ClientT]):
         return lookout.again
 
     async def maintain_once(self, limit: int = 100) -> None:
-        """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, and
-        (with a client ``retention``) delete terminal runs old enough."""
-        await maintenance.run_once(
-            self._services, self.client.retention, worker_id=self.id, limit=limit
-        )
+        """One maintenance pass: reclaim expired leases, fail overdue runs and wait nodes, end
+        expired jobs, and delete terminal runs old enough (by ``retention``s)."""
+        await maintenance.run_once(self._services, self._retaining, worker_id=self.id, limit=limit)

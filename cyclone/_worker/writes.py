@@ -6,7 +6,8 @@ the database accepted and what the write changed (:class:`Effects`, for the publ
 announce once it commits). Every write is fenced by the attempt's (task, claims): an outcome
 of an attempt whose task was reclaimed or cancelled matches no row and is not accepted.
 
-    complete_jobs     job completions, in one statement (their runs end)
+    complete_jobs     job completions, in one statement (their runs end); those of kinds
+                      that keep nothing in one statement of their own (their runs go)
     complete_nodes    workflow node completions with what they release: their runs advanced
                       (dependents queued, maps expanded), child runs of child nodes submitted;
                       in the caller's transaction
@@ -51,18 +52,29 @@ class Spawn(Protocol):
 
 class OutcomeWrites:
     """The writes of one worker's outcomes, with ``queries``; ``spawn`` submits the child
-    runs of its child nodes (None: it serves no workflow with child nodes)."""
+    runs of its child nodes (None: it serves no workflow with child nodes); ``discard``
+    names the kinds whose completed jobs keep nothing (their runs are deleted as they
+    complete)."""
 
-    def __init__(self, queries: Queries, spawn: Spawn | None = None) -> None:
+    def __init__(
+        self, queries: Queries, spawn: Spawn | None = None, discard: frozenset[str] = frozenset()
+    ) -> None:
         self._q = queries
         self._spawn = spawn
+        self._discard = discard
 
     # Completions
 
     async def complete_jobs(
         self, conn: db.Conn, outcomes: Sequence[Completed]
     ) -> tuple[Accepted, Effects]:
-        rows = await db.job_complete_many(conn, self._q, _completions(outcomes))
+        kept = [o for o in outcomes if o.claimed.kind not in self._discard]
+        rows: list[db.Record] = []
+        if kept:  # the default path: one statement, as without any retention
+            rows = await db.job_complete_many(conn, self._q, _completions(kept))
+        if len(kept) < len(outcomes):
+            gone = [o for o in outcomes if o.claimed.kind in self._discard]
+            rows += await db.job_discard_many(conn, self._q, db.Fence.of(o.claimed for o in gone))
         effects = Effects(ended={r["run_id"] for r in rows})
         return {(r["id"], r["claims"]) for r in rows}, effects
 
@@ -102,11 +114,14 @@ class OutcomeWrites:
 
         (What a node's completion released was announced by nobody; polling finds it.)
         """
-        claimed = [o.claimed for o in unsure]
+        claimed = [o.claimed for o in unsure if o.claimed.kind not in self._discard]
         done = await db.attempts_completed(
             conn, self._q, db.Fence.of(claimed), [c.node for c in claimed]
         )
         found = [c for c in claimed if (c.run_id, c.node) in done]
+        if discarded := [o.claimed for o in unsure if o.claimed.kind in self._discard]:
+            gone = await db.jobs_discarded(conn, self._q, [c.run_id for c in discarded])
+            found += [c for c in discarded if c.run_id in gone]
         effects.ended.update(c.run_id for c in found if c.node is None)
         return {c.key for c in found}
 

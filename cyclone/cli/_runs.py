@@ -222,14 +222,14 @@ def runs_cancel(ctx: click.Context, run_id: str) -> None:
 @click.option("--older-than", "older_than", required=True, help="Age, e.g. 7d, 12h, 30m.")
 @click.option(
     "--state",
-    type=click.Choice(["completed", "failed", "cancelled"]),
+    type=click.Choice(["completed", "failed", "cancelled", "expired"]),
     multiple=True,
-    help="Only these states (default: all three).",
+    help="Only these states (default: all four).",
 )
 def purge(ctx: click.Context, older_than: str, state: tuple[str, ...]) -> None:
     """Delete terminal runs older than --older-than; their keys become free."""
     age = parse_duration(older_than)
-    states = [RunState(s) for s in (state or ("completed", "failed", "cancelled"))]
+    states = [RunState(s) for s in (state or ("completed", "failed", "cancelled", "expired"))]
 
     async def go(client: Client) -> int:
         with Progress(console=Console(stderr=True), transient=True) as progress:

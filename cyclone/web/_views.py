@@ -128,6 +128,8 @@ def no_output(info: RunInfo, payloads: RunPayloads) -> str | None:
         return "No output: the run failed."
     if info.state is RunState.CANCELLED:
         return "No output: the run was cancelled."
+    if info.state is RunState.EXPIRED:
+        return "No output: the job expired before it started."
     if info.state is not RunState.COMPLETED:
         return "None yet: the run has not finished."
     if info.job:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import signal
 import uuid
@@ -171,3 +172,21 @@ async def test_show_says_who_released_an_attempt(cyclone_env: CycloneEnv) -> Non
     line = next(line for line in out.splitlines() if "released by" in line)
     assert line.startswith("cli.echo attempt 1 worker lost: released by peer-1 at ")
     assert "worker gone-1 (host h, pid 1)" in line and "last heartbeat " in line
+
+
+async def test_ls_and_purge_know_expired_runs(cyclone_env: CycloneEnv) -> None:
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+    expired = await echo.enqueue(cyclone_env.client, 1, expires_at=past)
+    await echo.enqueue(cyclone_env.client, 2)
+    await fast_worker(cyclone_env.client, steps=[echo]).maintain_once()  # ends the expired one
+    assert await expired.status() is cyclone.RunState.EXPIRED
+    code, out, err = await cli("runs", "ls", "--state", "expired", "--json", dsn=cyclone_env.dsn)
+    assert code == 0, err
+    assert [r["id"] for r in json.loads(out)["runs"]] == [str(expired.id)]
+    code, out, err = await cli(
+        "purge", "--older-than", "0s", "--state", "expired", dsn=cyclone_env.dsn
+    )
+    assert code == 0, err
+    assert await cyclone_env.pool.fetchval("SELECT array_agg(state) FROM cyclone_runs") == [
+        "pending"
+    ]

@@ -15,24 +15,23 @@ from tests.conftest import Records, one_migration_behind, waiting_on_a_lock
 async def test_a_migration_waiting_for_a_lock_lets_the_others_through(
     cyclone_env: CycloneEnv, records: Records
 ) -> None:
-    """The last migration alters cyclone_workers while a long transaction reads it. The
-    heartbeat's upsert into that table, behind the migration's lock request, goes through
-    while the long transaction still runs; the migration is applied once it ends."""
+    """The last migration alters cyclone_tasks while a long transaction reads it. An enqueue's
+    insert into that table, behind the migration's lock request, goes through while the long
+    transaction still runs; the migration is applied once it ends."""
     schema = "under_load"
     await one_migration_behind(cyclone_env, schema)
     client = cyclone.Client(cyclone_env.pool, schema=schema, notify=False)
     async with cyclone_env.pool.acquire() as long_tx, long_tx.transaction():
-        await long_tx.fetch(f"SELECT * FROM {schema}.cyclone_workers")  # holds ACCESS SHARE
+        await long_tx.fetch(f"SELECT * FROM {schema}.cyclone_tasks")  # holds ACCESS SHARE
         migrating = asyncio.get_running_loop().create_task(client.migrate())
         await waiting_on_a_lock(cyclone_env)  # the ALTER waits behind the long transaction
-        # A heartbeat's write to the table: without the lock timeout, it would queue behind
+        # An enqueue's write to the table: without the lock timeout, it would queue behind
         # the ALTER, which queues behind the long transaction, for as long as that lasts.
-        async with cyclone_env.pool.acquire() as beat:
+        async with cyclone_env.pool.acquire() as enqueue:
             await asyncio.wait_for(
-                beat.execute(
-                    f"INSERT INTO {schema}.cyclone_workers"
-                    " (id, host, pid, queues, kinds, workflows, expires_at)"
-                    " VALUES ('w', 'h', 1, '{}', '{}', '{}', now())"
+                enqueue.execute(
+                    f"INSERT INTO {schema}.cyclone_tasks (run_id, kind, queue, max_attempts)"
+                    " VALUES (gen_random_uuid(), 'k', 'q', 1)"
                 ),
                 30,
             )

@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 import cyclone
+from cyclone._model.retention import Retentions
 from cyclone._storage import queries as db
 from cyclone._worker import maintenance
 from cyclone._worker.completer import Completer
@@ -117,7 +118,10 @@ async def test_reclaim_skips_a_task_being_completed(cyclone_env: CycloneEnv) -> 
         assert len(rows) == 1
         # Maintenance runs meanwhile: SKIP LOCKED passes the task by instead of waiting.
         await asyncio.wait_for(
-            maintenance.run_once(cyclone_env.client.services, None, worker_id="m"), 30
+            maintenance.run_once(
+                cyclone_env.client.services, maintenance.Retaining(Retentions(None)), worker_id="m"
+            ),
+            30,
         )
         await tx.commit()
     info = await run.info()

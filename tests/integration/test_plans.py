@@ -219,7 +219,11 @@ async def test_hot_plans_read_runs_by_key_with_stale_statistics(cyclone_env: Cyc
         ("run_lock_many", (run_ids,)),
         ("run_deadline_due", (100,)),
         ("node_advance", (run_ids, ["a"] * n, [False] * n)),
-        ("run_purge", (dt.datetime.now(dt.UTC), ["completed"], 1_000)),
+        ("run_purge", (dt.datetime.now(dt.UTC), ["completed"], None, False, 1_000)),
+        ("run_purge", (dt.datetime.now(dt.UTC), ["completed"], None, True, 1_000)),
+        ("run_purge", (dt.datetime.now(dt.UTC), ["completed"], ["plan.noop"], False, 1_000)),
+        ("job_expire", (100,)),
+        ("job_discard_many", (run_ids, ids, claims)),
     ]
     # As right after the burst, then once autovacuum has analyzed the task table alone.
     for analyzed in ("nothing", "cyclone_tasks"):
@@ -324,7 +328,7 @@ async def test_workflow_plans_read_steps_and_edges_by_key_with_stale_statistics(
         ("run_result", (run_ids[0],)),
         ("run_nodes", (run_ids[0],)),
         ("run_edges", (run_ids[0],)),
-        ("run_purge", (dt.datetime.now(dt.UTC), ["completed"], 1_000)),
+        ("run_purge", (dt.datetime.now(dt.UTC), ["completed"], None, False, 1_000)),
     ]
     by_key = {
         "cyclone_steps": ("cyclone_steps_pkey",),

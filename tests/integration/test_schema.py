@@ -19,6 +19,7 @@ TABLES = {
     "cyclone_queues",  # 0008_flow_control
     "cyclone_kind_limits",
     "cyclone_key_starts",
+    "cyclone_retention",  # 0012_expiry_retention
     "cyclone_throttles",  # 0013_debounce
 }
 INDEXES = {
@@ -37,6 +38,7 @@ INDEXES = {
     "idx_tasks_claim",
     "idx_tasks_lease",
     "idx_tasks_sequence",
+    "idx_tasks_expires",  # 0012_expiry_retention
     "cyclone_workers_pkey",
     "idx_workers_expires",
     "cyclone_migrations_pkey",
@@ -44,6 +46,7 @@ INDEXES = {
     "cyclone_queues_pkey",  # 0008_flow_control
     "cyclone_kind_limits_pkey",
     "idx_key_starts",
+    "cyclone_retention_pkey",  # 0012_expiry_retention
     "idx_tasks_debounce",  # 0013_debounce
     "cyclone_throttles_pkey",
 }

@@ -66,6 +66,8 @@ async def every_option(client: cyclone.Client, email: Email) -> None:
     await send.enqueue(client, email, process_in=dt.timedelta(seconds=5))
     await send.enqueue(client, email, process_in=1.5)
     await send.enqueue(client, email, process_in=2)
+    await send.enqueue(client, email, expires_in=dt.timedelta(minutes=5))
+    await send.enqueue_many(client, [email], expires_at=dt.datetime.now(dt.UTC))
     options: cyclone.EnqueueOptions = {"queue": "mail", "priority": 1}
     await send.enqueue(client, email, **options)
     many: cyclone.EnqueueManyOptions = {"sequence": "s"}
@@ -92,6 +94,7 @@ async def wrong_options(client: cyclone.Client, tx: cyclone.Tx, email: Email) ->
     await send.enqueue(client, email, priority="high")  # type: ignore[arg-type]
     await send.enqueue(client, email, prio=1)  # type: ignore[call-arg]
     await send.enqueue(client, email, process_in="soon")  # type: ignore[arg-type]
+    await send.enqueue(client, email, expires_in="soon")  # type: ignore[arg-type]
     await send.enqueue_tx(client, tx, email, max_attempts=2.5)  # type: ignore[arg-type]
     await cyclone.enqueue(client, send, email, queue=None)  # type: ignore[arg-type]
     await send.enqueue_many(client, [email], unique="k")  # type: ignore[call-arg]

@@ -98,6 +98,7 @@ async def submits(client: cyclone.Client, tx: cyclone.Tx, order: Order) -> None:
 async def wrong_submits(client: cyclone.Client, tx: cyclone.Tx, order: Order) -> None:
     await checkout.submit(client, order, priority="high")  # type: ignore[arg-type]
     await checkout.submit(client, order, queue="orders")  # type: ignore[call-arg]
+    await checkout.submit(client, order, expires_in=60)  # type: ignore[call-arg]
     await plain.submit_once(client, "k", order, unique="k")  # type: ignore[call-arg]
     await plain.submit(client, {"order_id": 1})  # type: ignore[arg-type]
     await cyclone.submit_tx(client, tx, plain, order, max_attempts=3)  # type: ignore[call-overload]

@@ -22,6 +22,7 @@ GROUPS: dict[type[cyclone.CycloneError], set[type[cyclone.CycloneError]]] = {
     cyclone.RunOutcomeError: {
         cyclone.RunFailedError,
         cyclone.RunCancelledError,
+        cyclone.RunExpiredError,
         cyclone.NoOutputError,
     },
     cyclone.NotFoundError: {

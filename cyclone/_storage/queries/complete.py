@@ -28,6 +28,18 @@ async def job_complete_many(conn: Conn, q: Queries, done: Completions) -> list[R
     return await fetch(conn, q, "job_complete_many", **vars(done.fence), outputs=done.outputs)
 
 
+async def job_discard_many(conn: Conn, q: Queries, fence: Fence) -> list[Record]:
+    """Complete jobs that keep nothing: delete their tasks and runs while their attempts
+    still own the tasks; return (id, claims, run_id) of those."""
+    return await fetch(conn, q, "job_discard_many", **vars(fence))
+
+
+async def jobs_discarded(conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """The runs among ``run_ids`` that are gone (a discard committed)."""
+    rows = await fetch(conn, q, "jobs_discarded", run_ids=list(run_ids))
+    return {r["run_id"] for r in rows}
+
+
 async def node_complete_many(conn: Conn, q: Queries, done: Completions) -> list[Record]:
     """Record completed workflow nodes whose attempts still own their tasks."""
     return await fetch(conn, q, "node_complete_many", **vars(done.fence), outputs=done.outputs)

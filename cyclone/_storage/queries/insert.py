@@ -32,12 +32,14 @@ async def job_insert_many(
     trace: str | None,
     notify: tuple[str, str] | None = None,
     group: str | None = None,
+    expires_at: dt.datetime | None = None,
 ) -> int:
     """Insert standalone jobs; return how many were inserted (0: a unique key was held).
 
     ``inputs`` is one JSON array text, an element per id. A unique key goes with exactly one
     job. ``notify`` (channel, payload) is sent by the same statement, so only when the
     statement commits on its own (autocommit). ``group``: the jobs' group key (flow control).
+    ``expires_at``: when the jobs expire if they have not started.
     """
     channel, payload = notify or (None, None)
     job: dict[str, object] = {
@@ -51,6 +53,7 @@ async def job_insert_many(
         "trace": trace,
         "channel": channel,
         "payload": payload,
+        "expires_at": expires_at,
     }
     if unique is None:
         await execute(conn, q, "job_insert_many", ids=ids, inputs=inputs, group_key=group, **job)

@@ -96,11 +96,60 @@ async def run_deadline_due(conn: Conn, q: Queries, limit: int) -> list[Record]:
 
 
 async def run_purge(
-    conn: Conn, q: Queries, before: dt.datetime, states: Sequence[str], limit: int
+    conn: Conn,
+    q: Queries,
+    before: dt.datetime,
+    states: Sequence[str],
+    limit: int,
+    *,
+    names: Sequence[str] | None = None,
+    others: bool = False,
 ) -> int:
-    """Delete up to ``limit`` terminal runs; return how many."""
-    count: int = await fetchval(conn, q, "run_purge", before=before, states=states, limit=limit)
+    """Delete up to ``limit`` terminal runs (of ``names``, or any; with ``others``, only of
+    names without a retention of their own); return how many."""
+    count: int = await fetchval(
+        conn,
+        q,
+        "run_purge",
+        before=before,
+        states=states,
+        names=None if names is None else list(names),
+        others=others,
+        limit=limit,
+    )
     return count
+
+
+async def job_expire(conn: Conn, q: Queries, limit: int) -> list[Record]:
+    """End up to ``limit`` jobs not started by their expiry: (run_id, kind, queue,
+    sequenced) of each."""
+    return await fetch(conn, q, "job_expire", limit=limit)
+
+
+async def retention_declare(
+    conn: Conn,
+    q: Queries,
+    ages: Sequence[tuple[str, Sequence[float | None]]],
+    known: Sequence[str],
+) -> None:
+    """Record each name's own retention (its completed, failed, cancelled and expired ages
+    in seconds, None: forever); forget those of the ``known`` names not among them."""
+    columns: list[list[float | None]] = [[], [], [], []]
+    for _, four in ages:
+        for column, age in zip(columns, four, strict=True):
+            column.append(age)
+    completed, failed, cancelled, expired = columns
+    await execute(
+        conn,
+        q,
+        "retention_declare",
+        names=[name for name, _ in ages],
+        completed=completed,
+        failed=failed,
+        cancelled=cancelled,
+        expired=expired,
+        known=list(known),
+    )
 
 
 async def worker_present(

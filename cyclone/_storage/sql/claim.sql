@@ -21,6 +21,12 @@ CROSS JOIN LATERAL (
     SELECT 1 FROM __schema__.cyclone_tasks h
     WHERE h.kind = t.kind AND h.sequence_key = t.sequence_key AND h.id < t.id))
 
+-- fragment: unexpired
+-- Task t has not expired: a job past its expires_at never starts; the maintenance sweep
+-- (job_expire) ends it. A test of the row already read, so a task without an expiry costs
+-- the claim nothing more.
+(t.expires_at IS NULL OR t.expires_at > __now__)
+
 -- fragment: running_by_lease
 -- Task r is running, in a form the lease index serves (running tasks only have a lease): the
 -- state is said too, so that a plan without statistics does not take every task for running.
@@ -35,11 +41,12 @@ least(rate, tokens + greatest(0, extract(epoch FROM __now__ - refilled_at)) * ra
 -- fragment: claim_chosen
 -- Claim the tasks of CTE chosen (run_id, id), each locked by the statement already: running
 -- under a lease, its attempt and claim count bumped (the claim count fences every later
--- write of this attempt), with what the worker needs to run it.
+-- write of this attempt), with what the worker needs to run it. A started job no longer
+-- expires (its expiry goes): a retry of it waits in the queue as long as it must.
 UPDATE __schema__.cyclone_tasks t
 SET state = 'running', attempt = t.attempt + 1, claims = t.claims + 1,
     lease_until = __now__ + make_interval(secs => :lease), worker = :worker,
-    started_at = __now__
+    started_at = __now__, expires_at = NULL
 FROM chosen, async_commit
 WHERE t.run_id = chosen.run_id AND t.id = chosen.id
   AND t.run_id = ANY (ARRAY(SELECT run_id FROM chosen))
@@ -191,6 +198,7 @@ WITH async_commit AS (
             FROM __schema__.cyclone_tasks t
             WHERE t.state = 'available' AND t.queue = :queue AND t.group_key = u.key
               AND t.available_at <= __now__ AND t.kind = ANY (:kinds::text[])
+              AND /* fragment: unexpired */
               -- A failed run starts nothing more, not even a node whose attempt failed or
               -- whose lease expired after the run failed; retry_all re-opens the run and so
               -- the task. A node's input may need its workflow's input function: only
@@ -318,6 +326,7 @@ WITH async_commit AS (
         FROM __schema__.cyclone_tasks t
         WHERE t.state = 'available' AND t.queue = :queue AND t.group_key = ''
           AND t.available_at <= __now__ AND t.kind = ANY (:kinds::text[])
+          AND /* fragment: unexpired */
           AND (SELECT r.state = 'pending' AND (t.node IS NULL OR r.name = ANY (:workflows::text[]))
                FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)
           AND /* fragment: sequence_turn */
@@ -363,7 +372,7 @@ SELECT EXISTS (
     WHERE t.kind = ANY (:kinds::text[])
       AND (t.state = 'running'
            OR (t.state = 'available' AND t.available_at <= __now__
-               AND /* fragment: sequence_turn */))
+               AND /* fragment: unexpired */ AND /* fragment: sequence_turn */))
       AND (SELECT (t.state = 'running' OR r.state = 'pending')
                   AND (t.node IS NULL OR r.name = ANY (:workflows::text[]))
            FROM __schema__.cyclone_runs r WHERE r.id = t.run_id)

@@ -32,6 +32,34 @@ FROM done d
 WHERE r.id = d.run_id AND r.state = 'pending'
 RETURNING d.id, d.claims, r.id AS run_id;
 
+-- name: job_discard_many(run_ids, ids, claims)
+-- Completed attempts of standalone jobs whose kind keeps nothing once completed: the task
+-- row and the run row go in one statement (task rows, then their runs, as completing does),
+-- so a completed run of such a kind never exists. Fenced as job_complete_many; the default
+-- path never sends this statement.
+WITH fenced AS (
+    SELECT t.run_id, t.id
+    FROM (SELECT * FROM unnest(:run_ids::uuid[], :ids::bigint[], :claims::int[])
+              AS c (run_id, id, claims)
+          ORDER BY c.id) c
+    /* fragment: owned_tasks */
+), done AS (
+    DELETE FROM __schema__.cyclone_tasks t USING fenced f
+    WHERE t.run_id = f.run_id AND t.id = f.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM fenced))
+    RETURNING t.id, t.claims, t.run_id
+)
+DELETE FROM __schema__.cyclone_runs r
+USING done d
+WHERE r.id = d.run_id AND r.state = 'pending'
+RETURNING d.id, d.claims, r.id AS run_id;
+
+-- name: jobs_discarded(run_ids)
+-- Which of these jobs' runs are gone: after a job_discard_many whose reply was lost, the
+-- attempts whose write committed (a pending job's run is deleted by nothing else).
+SELECT i.id AS run_id FROM unnest(:run_ids::uuid[]) AS i (id)
+WHERE NOT EXISTS (SELECT 1 FROM __schema__.cyclone_runs r WHERE r.id = i.id);
+
 -- name: node_complete_many(run_ids, ids, claims, outputs)
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above. An item
 -- node says its map node (the caller settles it there rather than advancing past it). A

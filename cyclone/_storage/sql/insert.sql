@@ -10,12 +10,13 @@
 SELECT pg_advisory_xact_lock(1668899693, hashtext(:kind || chr(31) || :sequence));
 
 -- name: job_insert_many(ids, inputs, kind, queue, priority, process_at, max_attempts, sequence,
---     deadline, trace, channel, payload, group_key)
--- needs: 0008
+--     deadline, trace, channel, payload, group_key, expires_at)
+-- needs: 0012
 -- Standalone jobs: a run row and a task row each, tasks in input order (the sequence order).
 -- :inputs is one JSON array, an element per job: one parameter for the batch, not an array
 -- of texts that the client encodes element by element. :group_key (the group= option, or
 -- NULL) goes on each run, and on each task ('' for none: the claim's fair turns).
+-- :expires_at (the expires_at= or expires_in= option, or NULL) goes on each task.
 -- :payload, when not NULL, is a wakeup to NOTIFY on :channel at the statement's commit: only
 -- ever for an insert that commits on its own (Cyclone's autocommit statement, never a
 -- caller's transaction), which saves the wakeup a statement and a connection of its own.
@@ -28,17 +29,18 @@ WITH run AS (
     FROM ROWS FROM (unnest(:ids::uuid[]), jsonb_array_elements(:inputs::jsonb)) AS i (id, input)
 ), task AS (
     INSERT INTO __schema__.cyclone_tasks
-        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key, group_key)
+        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key, group_key,
+         expires_at)
     SELECT i.id, :kind, :queue, :priority, coalesce(:process_at, __now__), :max_attempts,
-           :sequence, coalesce(:group_key, '')
+           :sequence, coalesce(:group_key, ''), :expires_at
     FROM unnest(:ids::uuid[]) WITH ORDINALITY AS i (id, ord)
     ORDER BY i.ord
 )
 SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL;
 
 -- name: job_insert_unique(id, inputs, kind, queue, priority, process_at, max_attempts, sequence,
---     deadline, trace, channel, payload, unique_key, group_key)
--- needs: 0008
+--     deadline, trace, channel, payload, unique_key, group_key, expires_at)
+-- needs: 0012
 -- One standalone job with a :unique_key (the rest as job_insert_many, for one job: :inputs
 -- holds its input alone). A key held by an active (pending) run inserts nothing: the arbiter
 -- is idx_runs_unique_key, whose predicate the ON CONFLICT must repeat; ON CONFLICT keeps
@@ -55,9 +57,10 @@ WITH run AS (
     RETURNING r.id
 ), task AS (
     INSERT INTO __schema__.cyclone_tasks
-        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key, group_key)
+        (run_id, kind, queue, priority, available_at, max_attempts, sequence_key, group_key,
+         expires_at)
     SELECT id, :kind, :queue, :priority, coalesce(:process_at, __now__), :max_attempts, :sequence,
-           coalesce(:group_key, '')
+           coalesce(:group_key, ''), :expires_at
     FROM run
 )
 SELECT c.n, (SELECT pg_notify(:channel, :payload) WHERE :payload::text IS NOT NULL AND c.n > 0)

@@ -181,15 +181,72 @@ SELECT id, job FROM __schema__.cyclone_runs
 WHERE deadline IS NOT NULL AND deadline <= __now__ AND state = 'pending'
 ORDER BY deadline LIMIT :limit;
 
--- name: run_purge(before, states, limit)
+-- name: job_expire(limit)
+-- needs: 0012
+-- Up to :limit jobs whose task passed its expires_at without starting: the task goes and
+-- the run ends expired (its unique= key, held by pending runs only, is free). Only a task
+-- that never started has an expiry (the claim clears it; cyclone_tasks_expires_unstarted),
+-- so the index on it finds them all. The task is locked first, SKIP LOCKED, and its expiry
+-- read again under the lock: a claim that took it meanwhile cleared it, so a task ends
+-- either claimed or expired, never both. Lock order of a job: its task, then its run (the
+-- run is written because of the task). A sequenced job's next task gets its turn: its
+-- queue is returned to wake.
+WITH due AS (
+    SELECT t.run_id, t.id FROM __schema__.cyclone_tasks t
+    WHERE t.expires_at <= __now__ AND t.node IS NULL
+    ORDER BY t.expires_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM __schema__.cyclone_tasks t USING due d
+    WHERE t.run_id = d.run_id AND t.id = d.id
+      AND t.run_id = ANY (ARRAY(SELECT run_id FROM due))
+    RETURNING t.run_id, t.kind, t.queue, t.sequence_key
+)
+UPDATE __schema__.cyclone_runs r SET state = 'expired', finished_at = __now__
+FROM gone g
+WHERE r.id = g.run_id AND r.state = 'pending'
+RETURNING r.id AS run_id, g.kind, g.queue, g.sequence_key IS NOT NULL AS sequenced;
+
+-- name: retention_declare(names, completed, failed, cancelled, expired, known)
+-- needs: 0012
+-- A worker's retention of its own per name (the names' ages in seconds, one element per
+-- name; NULL: kept forever), written for the client-wide sweep of every worker to skip;
+-- and the rows of the :known names (the kinds and workflows this worker defines) that no
+-- longer have one deleted, so those go back to the client's retention.
+WITH own AS (
+    SELECT * FROM unnest(:names::text[], :completed::float8[], :failed::float8[],
+                         :cancelled::float8[], :expired::float8[])
+        AS n (name, completed, failed, cancelled, expired)
+), dropped AS (
+    DELETE FROM __schema__.cyclone_retention k
+    WHERE k.name = ANY (:known::text[]) AND k.name <> ALL (:names::text[])
+)
+INSERT INTO __schema__.cyclone_retention AS k
+    (name, completed, failed, cancelled, expired, updated_at)
+SELECT n.name, make_interval(secs => n.completed), make_interval(secs => n.failed),
+       make_interval(secs => n.cancelled), make_interval(secs => n.expired), __now__
+FROM own n
+ON CONFLICT (name) DO UPDATE
+SET completed = excluded.completed, failed = excluded.failed, cancelled = excluded.cancelled,
+    expired = excluded.expired, updated_at = excluded.updated_at
+WHERE (k.completed, k.failed, k.cancelled, k.expired)
+      IS DISTINCT FROM (excluded.completed, excluded.failed, excluded.cancelled, excluded.expired);
+
+-- name: run_purge(before, states, names, others, limit)
 -- Delete up to :limit terminal runs in the :states that ended :before, with their steps and
--- edges. SKIP LOCKED: a run being retried is left for later. A run whose node still runs
+-- edges: runs of the :names (NULL: of any name), and with :others only those whose name has
+-- no retention of its own (cyclone_retention: the workers that define it purge it by its
+-- own ages). SKIP LOCKED: a run being retried is left for later. A run whose node still runs
 -- (a failed workflow lets running nodes finish) stays, and so does a failed sequenced job
 -- that blocks its sequence until retried or cancelled. An available task of a failed run
 -- (a retry that raced run_fail: see task_retry_many) goes with the run.
 WITH doomed AS (
     SELECT id FROM __schema__.cyclone_runs r
     WHERE state = ANY (:states::text[]) AND state <> 'pending' AND finished_at < :before
+      AND (:names::text[] IS NULL OR r.name = ANY (:names::text[]))
+      AND NOT (:others::bool AND EXISTS (
+          SELECT 1 FROM __schema__.cyclone_retention k WHERE k.name = r.name))
       AND NOT EXISTS (SELECT 1 FROM __schema__.cyclone_tasks t
                       WHERE t.run_id = r.id AND t.state <> 'available')
     ORDER BY finished_at
