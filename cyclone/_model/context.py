@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 import msgspec
@@ -45,19 +46,38 @@ class Completion(Protocol):
         ...
 
 
-class HandlerScope:
-    """Where a handler's context may be used: from the handler's own task (once bound),
-    until the handler returns (closed). The executor holds it; the context checks it."""
+# The scope of the plain ``def`` handler running in this thread. Set in the thread's own
+# context, so that the tasks ``anyio.from_thread.run`` starts from it (which copy the
+# thread's context) count as the handler's, and nothing else does.
+_THREAD_SCOPE: ContextVar[HandlerScope | None] = ContextVar("cyclone_thread_scope", default=None)
 
-    __slots__ = ("closed", "task")
+
+class HandlerScope:
+    """Where a handler's context may be used: from the handler's own task (once bound), or
+    from its thread through ``anyio.from_thread``, until the handler returns (closed). The
+    executor holds it; the context checks it. ``cancelled`` is set when the attempt ended
+    while its handler's thread still ran."""
+
+    __slots__ = ("cancelled", "closed", "task")
 
     def __init__(self) -> None:
         self.task: asyncio.Task[Any] | None = None
         self.closed = False
+        self.cancelled = False
 
     def bind(self) -> None:
         """The current task is the handler's."""
         self.task = asyncio.current_task()
+
+    def enter_thread(self) -> None:
+        """The current thread runs the handler (a plain ``def`` one)."""
+        _THREAD_SCOPE.set(self)
+
+    def abandon(self) -> None:
+        """The attempt ended (cancelled, timed out, handed back) while its handler's thread
+        runs on: the thread may see it, and the context is no longer usable."""
+        self.cancelled = True
+        self.closed = True
 
     def close(self) -> None:
         """The handler returned."""
@@ -65,9 +85,15 @@ class HandlerScope:
 
     def check(self, what: str) -> None:
         """Raise :class:`ContextError` for ``what`` done out of the handler's scope."""
+        if self.cancelled:
+            raise ContextError(f"{what} after the attempt was cancelled")
         if self.closed:
             raise ContextError(f"{what} after the handler returned")
-        if self.task is not None and asyncio.current_task() is not self.task:
+        if (
+            self.task is not None
+            and asyncio.current_task() is not self.task
+            and _THREAD_SCOPE.get() is not self
+        ):
             raise ContextError(f"{what} from a task other than the handler's own")
 
 
@@ -120,6 +146,25 @@ class HandlerContext(Generic[C]):
 
     def _check(self, what: str) -> None:
         self._scope.check(what)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once this attempt ended while its handler still runs: the run was cancelled,
+        the lease lost, the ``timeout`` passed or the worker shut down.
+
+        A plain ``def`` handler runs in a thread, which cannot be interrupted: a long one
+        checks this (or calls :meth:`raise_if_cancelled`) and stops early; what it returns
+        after that is discarded. An ``async def`` handler is cancelled instead.
+        """
+        return self._scope.cancelled
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``asyncio.CancelledError`` if :attr:`cancelled`: a plain ``def`` handler
+        calls it between pieces of work to stop once its attempt has ended."""
+        if self._scope.cancelled:
+            raise asyncio.CancelledError(
+                f"the attempt {self.attempt} of {self.kind!r} (run {self.run_id}) was cancelled"
+            )
 
     async def completion_tx(self) -> asyncpg.pool.PoolConnectionProxy:
         """The completion transaction: a pooled asyncpg connection inside a transaction.

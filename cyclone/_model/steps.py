@@ -10,7 +10,9 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, Unpack, cast, overload
+
+import anyio.to_thread
 
 from cyclone._model import codec
 from cyclone._model.context import HandlerContext
@@ -39,6 +41,8 @@ DEFAULT_MAX_ATTEMPTS = 10
 # HandlerContext a handler is annotated with.
 Ctx = TypeVar("Ctx", bound=HandlerContext[Any])
 Handler = Callable[[Ctx, In], Awaitable[Out]]
+# A plain ``def`` handler: the worker runs it in a thread (docs/sync-handlers.md).
+SyncHandler = Callable[[Ctx, In], Out]
 
 
 class Kind(Generic[In_contra, Out_co]):
@@ -103,15 +107,17 @@ class Kind(Generic[In_contra, Out_co]):
 
 
 class Step(Kind[In_contra, Out_co]):
-    """A kind with its handler: ``async def handler(ctx, input) -> output``.
+    """A kind with its handler: ``async def handler(ctx, input) -> output``, or a plain
+    ``def`` one, which a worker runs in a thread (``is_sync``).
 
-    Calling the step calls the handler, which is handy in unit tests.
+    Calling the step calls the handler (a plain one in a thread, as a worker does), which is
+    handy in unit tests.
     """
 
     def __init__(
         self,
         name: str,
-        handler: Handler[Any, In_contra, Out_co],
+        handler: Handler[Any, In_contra, Out_co] | SyncHandler[Any, In_contra, Out_co],
         *,
         queue: str = DEFAULT_QUEUE,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -139,15 +145,28 @@ class Step(Kind[In_contra, Out_co]):
             priority=priority,
         )
         self.handler = handler
+        self.is_sync = not inspect.iscoroutinefunction(handler)
+        """True for a plain ``def`` handler, which a worker runs in a thread."""
         self.timeout = None if timeout is None else seconds(timeout, what="timeout")
 
     async def __call__(self, ctx: HandlerContext[Any], input: In_contra) -> Out_co:
-        return await self.handler(ctx, input)
+        if self.is_sync:
+            call = cast("SyncHandler[Any, In_contra, Out_co]", self.handler)
+            return await anyio.to_thread.run_sync(call, ctx, input)
+        return await cast("Handler[Any, In_contra, Out_co]", self.handler)(ctx, input)
 
 
 def _signature(name: str, handler: Callable[..., Any]) -> tuple[Any, Any]:
-    if not inspect.iscoroutinefunction(handler):
-        raise InvalidInputError(f"the handler of step {name!r} must be an async function")
+    if inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler):
+        raise InvalidInputError(
+            f"the handler of step {name!r} is a generator: a handler returns its output, "
+            "so write it as an async def (or a plain def, run in a thread) that returns it"
+        )
+    if not callable(handler) or isinstance(handler, type):
+        raise InvalidInputError(
+            f"the handler of step {name!r} must be a function (async def, or a plain def "
+            f"that a worker runs in a thread), not {handler!r}"
+        )
     params = list(inspect.signature(handler).parameters.values())
     if len(params) != 2:
         raise InvalidInputError(
@@ -178,9 +197,26 @@ class StepOptions(KindOptions, total=False):
     timeout: float | dt.timedelta | None
 
 
-def step(
-    name: str, **options: Unpack[StepOptions]
-) -> Callable[[Handler[Ctx, In, Out]], Step[In, Out]]:
+class StepDecorator(Protocol):
+    """What ``@cyclone.step(name)`` returns: it makes a step of an ``async def`` handler, or
+    of a plain ``def`` one (which a worker runs in a thread)."""
+
+    @overload
+    def __call__(self, handler: Handler[Ctx, In, Out], /) -> Step[In, Out]: ...
+    @overload
+    def __call__(self, handler: SyncHandler[Ctx, In, Out], /) -> Step[In, Out]: ...
+
+
+class ActionDecorator(Protocol):
+    """What ``@cyclone.action(name)`` returns: a step of a handler that returns ``None``."""
+
+    @overload
+    def __call__(self, handler: Handler[Ctx, In, None], /) -> Step[In, None]: ...
+    @overload
+    def __call__(self, handler: SyncHandler[Ctx, In, None], /) -> Step[In, None]: ...
+
+
+def step(name: str, **options: Unpack[StepOptions]) -> StepDecorator:
     """Declare a step: a handler with a stable kind name and its defaults.
 
     The input and output types come from the handler's annotations; msgspec decodes the
@@ -189,24 +225,25 @@ def step(
     Options (:class:`StepOptions`): ``queue`` (``"default"``), ``max_attempts`` (10) and
     ``priority`` (0, higher first), defaults that an enqueue may override; and the
     handler's ``timeout`` in seconds or as a ``timedelta`` (None: no timeout).
+
+    The handler is an ``async def``, or a plain ``def`` for blocking or CPU-bound code,
+    which a worker runs in a thread (docs/sync-handlers.md).
     """
 
-    def decorate(handler: Handler[Ctx, In, Out]) -> Step[In, Out]:
+    def decorate(handler: Callable[[Any, Any], Any]) -> Step[Any, Any]:
         return Step(name, handler, **options)
 
-    return decorate
+    return cast("StepDecorator", decorate)
 
 
-def action(
-    name: str, **options: Unpack[StepOptions]
-) -> Callable[[Handler[Ctx, In, None]], Step[In, None]]:
+def action(name: str, **options: Unpack[StepOptions]) -> ActionDecorator:
     """Declare a step that produces no output (its handler returns ``None``); its options
-    are :func:`step`'s."""
+    are :func:`step`'s, and its handler may be a plain ``def`` as theirs."""
 
-    def decorate(handler: Handler[Ctx, In, None]) -> Step[In, None]:
+    def decorate(handler: Callable[[Any, Any], Any]) -> Step[Any, None]:
         return Step(name, handler, output_type=type(None), **options)
 
-    return decorate
+    return cast("ActionDecorator", decorate)
 
 
 @overload

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -47,6 +48,7 @@ from cyclone._worker.outcomes import (
     error_type,
     lost_completion,
 )
+from cyclone._worker.threads import HandlerThreads
 
 if TYPE_CHECKING:
     from cyclone._model.workflows import Workflow
@@ -64,7 +66,7 @@ class Executor:
 
     ``new_context`` makes a handler's context from its fields: the client's, so that
     ``ctx.client`` is the worker's client. An output over ``output_limit`` bytes fails its
-    attempt.
+    attempt. At most ``threads`` plain ``def`` handlers run at once, each in a thread.
     """
 
     def __init__(
@@ -78,7 +80,9 @@ class Executor:
         output_limit: int,
         observers: Observers,
         new_context: Callable[..., HandlerContext[Any]],
+        threads: int,
     ) -> None:
+        self._threads = HandlerThreads(threads)
         self._database = database
         self._output_limit = output_limit
         self._observers = observers
@@ -107,10 +111,10 @@ class Executor:
                 try:
                     value = make_input()
                     if step.timeout is None:
-                        result = await step.handler(ctx, value)
+                        result = await self._call(claimed, step, ctx, value, scope)
                     else:
                         async with asyncio.timeout(step.timeout):
-                            result = await step.handler(ctx, value)
+                            result = await self._call(claimed, step, ctx, value, scope)
                 finally:
                     scope.close()
                     # What is left is writing the outcome, which the lease keeper and
@@ -145,6 +149,18 @@ class Executor:
             timeout = isinstance(exc, TimeoutError) and step.timeout is not None
             return self.failure(claimed, exc, timeout=timeout)
         return Completed(claimed, output, completion if completion.opened else None)
+
+    def _call(
+        self,
+        claimed: Claimed,
+        step: Step[Any, Any],
+        ctx: HandlerContext[Any],
+        value: Any,
+        scope: HandlerScope,
+    ) -> Awaitable[Any]:
+        if step.is_sync:  # in a thread: see threads.py for what cancelling it means
+            return self._threads.run(claimed, scope, functools.partial(step.handler, ctx, value))
+        return step.handler(ctx, value)
 
     def failure(
         self, claimed: Claimed, exc: BaseException, *, timeout: bool = False

@@ -87,8 +87,9 @@ class Worker(AsyncResource, Generic[ClientT]):
     evenly, and a task of higher priority enqueued later never waits behind tasks held here.
     ``liveness_grace`` is how long this worker's liveness lock may stay free (its session
     with the database cut) before its peers take it for dead and release its running tasks;
-    a peer on the same machine that finds its process gone does so at once
-    (docs/operations.md, "When a worker dies").
+    a peer on the same machine that finds its process gone does so at once (docs/operations.md,
+    "When a worker dies"). ``threads`` caps the threads running plain ``def`` handlers
+    (default: one per slot of the queues; docs/sync-handlers.md).
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class Worker(AsyncResource, Generic[ClientT]):
         wait_for_schema: bool = False,
         schedules: Sequence[Schedule[Any]] = (),
         liveness_grace: float = DEFAULT_GRACE,
+        threads: int | None = None,
     ) -> None:
         self.client: ClientT = client
         """The client it was given (a :class:`cyclone.Client`)."""
@@ -196,6 +198,7 @@ class Worker(AsyncResource, Generic[ClientT]):
             output_limit=client.output_limit,
             observers=services.observers,
             new_context=services.new_context,
+            threads=sum(self._queues.values()) if threads is None else threads,
         )
         claiming = Claiming(
             self.id,

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
+import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,8 +19,10 @@ from cyclone._client import Client
 from cyclone._model.steps import Step
 from cyclone._model.workflows import Workflow
 from cyclone._storage.loader import MIGRATIONS
+from cyclone._worker.threads import busy_threads
 from cyclone._worker.worker import DEFAULT_CONCURRENCY, Worker
 from cyclone.cli._common import Failure, command, main, with_client
+from cyclone.cli._supervisor import child_number, supervise
 from cyclone.cli._targets import describe, load, parse_queues, read_target, steps_of
 
 
@@ -167,6 +172,19 @@ async def _unless_stopped(stop: asyncio.Event, work: Awaitable[None]) -> bool:
     envvar="CYCLONE_WAIT_FOR_MIGRATIONS",
     help="On an unmigrated schema, wait until `cyclone migrate` has run (default: exit 1).",
 )
+@click.option(
+    "--threads",
+    type=click.IntRange(1),
+    help="Most plain def handlers running at once, each in a thread (default: one per slot).",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Worker processes under one supervisor, for CPU-bound handlers (child i serves "
+    "metrics on --metrics-port + i).",
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve /metrics here.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True)
 @click.option("--queue-metrics", is_flag=True, help="Also the database-wide gauges (one process).")
@@ -182,6 +200,8 @@ def worker(
     claim_ahead: bool,
     max_connections: int | None,
     wait_for_migrations: bool,
+    threads: int | None,
+    processes: int,
     metrics_port: int | None,
     metrics_host: str,
     queue_metrics: bool,
@@ -195,11 +215,18 @@ def worker(
     MODULE is imported with the current directory first on sys.path. A first signal stops
     gracefully; a second stops at once. --metrics-port serves Prometheus metrics (the
     prometheus extra); --queue-metrics adds the database-wide gauges, to enable in one
-    process per database.
+    process per database. --processes runs that many worker processes under a supervisor that
+    forwards signals and starts again a child that dies (docs/sync-handlers.md).
     """
     if queue_metrics and metrics_port is None:
         raise Failure("--queue-metrics needs --metrics-port")
-    found = read_target(target, load(target))
+    found = read_target(target, load(target))  # a bad target fails here, not in each child
+    number = child_number()
+    if number is None and processes > 1:
+        ctx.exit(supervise([sys.executable, "-m", "cyclone", *sys.argv[1:]], processes))
+    if number is not None and metrics_port:  # each child its own port; 0 picks one anyway
+        metrics_port += number
+    queue_metrics = queue_metrics and not number  # the database-wide gauges: once
     limits = parse_queues(queues)
     if callable(found):
         flags = {
@@ -210,6 +237,7 @@ def worker(
             "liveness_grace": "--liveness-grace",
             "claim_batch": "--claim-batch",
             "claim_ahead": "--no-claim-ahead",
+            "threads": "--threads",
         }
         given = [
             flag
@@ -238,6 +266,7 @@ def worker(
                 liveness_grace=liveness_grace,
                 claim_batch=claim_batch,
                 claim_ahead=claim_ahead,
+                threads=threads,
             )
         made = found(client)
         if inspect.isawaitable(made):
@@ -267,7 +296,10 @@ def worker(
         stop_metrics = _serve_metrics(client, metrics_port, metrics_host, queue_metrics)
         await w.start()  # refuses a schema that is not this package's
         click.echo(f"cyclone: worker {w.id} running; Ctrl-C stops it", err=True)
+        orphaned = loop.create_task(_orphaned(stop)) if number is not None else None
         await stop.wait()
+        if orphaned is not None:
+            orphaned.cancel()
         click.echo(
             f"cyclone: stopping gracefully: running handlers get up to {w.shutdown_timeout:g} s "
             "to finish, then they are cancelled (again to stop now)",
@@ -277,6 +309,34 @@ def worker(
         stop_metrics()
 
     with_client(ctx, go, connections=max_connections, check=False, lazy=True)
+    _exit_past_threads()
+
+
+async def _orphaned(stop: asyncio.Event) -> None:
+    """A supervisor's child: stop when the supervisor is gone (killed, it forwards nothing).
+    Its stdin is a pipe the supervisor never writes to: it ends when the supervisor does."""
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    await reader.read()
+    click.echo("cyclone: the supervisor is gone; stopping gracefully", err=True)
+    stop.set()
+
+
+def _exit_past_threads() -> None:
+    """Exit even while handler threads still run: their attempts were handed back at the
+    shutdown deadline, and the interpreter would wait for them (they are not daemons)."""
+    busy = busy_threads()
+    if busy:
+        click.echo(
+            f"cyclone: {busy} handler thread{'s' * (busy != 1)} still running past the "
+            "shutdown deadline (their tasks were handed back); exiting without them",
+            err=True,
+        )
+        logging.shutdown()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(0)
 
 
 def _serve_metrics(

@@ -33,6 +33,33 @@ async def wrong_context(ctx: int, order: Order) -> int:
     return order.cents
 
 
+# A plain def handler runs in a worker's thread; its step is typed as an async one's.
+@cyclone.step("order.weigh")
+def weigh(ctx: cyclone.Context, order: Order) -> float:
+    ctx.raise_if_cancelled()
+    return 0.5 if not ctx.cancelled else 0.0
+
+
+@cyclone.action("order.archive")
+def archive(ctx: cyclone.Context, order: Order) -> None:
+    return None
+
+
+assert_type(weigh, cyclone.Step[Order, float])
+assert_type(archive, cyclone.Step[Order, None])
+
+
+# The same rules as an async handler's: its context first, and an action returns None.
+@cyclone.step("order.sync_wrong_context")  # type: ignore[arg-type, type-var]
+def sync_wrong_context(ctx: int, order: Order) -> int:
+    return order.cents
+
+
+@cyclone.action("order.sync_returns")  # type: ignore[arg-type]
+def sync_returns(ctx: cyclone.Context, order: Order) -> int:
+    return order.cents
+
+
 checkout = cyclone.define_result("checkout", Order, int)
 charged = checkout.node(charge)
 checkout.node(receipt, after=[charged])
@@ -73,6 +100,8 @@ async def unit_test() -> None:
     ctx = cyclone.testing.new_context(completion_tx=recorder, outputs={"order.charge": 5})
     assert_type(ctx, cyclone.Context)
     assert_type(await charge(ctx, Order(1, 5)), int)
+    assert_type(await weigh(ctx, Order(1, 5)), float)
+    assert_type(checkout.node(weigh, name="weighed"), cyclone.Node[float])
     assert_type(recorder.enqueued, list[cyclone.testing.RecordedEnqueue])
     assert_type(recorder.submitted, list[cyclone.testing.RecordedSubmit])
     assert_type(recorder.queries, list[cyclone.testing.RecordedQuery])

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+import anyio.from_thread
 import msgspec
 import pytest
 
@@ -98,3 +102,36 @@ async def test_a_handler_after_a_map_node_gets_its_list_and_an_item_its_element(
     assert await total_lines(after, Invoice(1, 1)) == 12
     item = new_context(node="lines[1]")
     assert await price_line(item, 2) == 4 and item.node == "lines[1]"
+
+
+@cyclone.step("invoice.total")
+def total_invoice(ctx: cyclone.Context, invoice: Invoice) -> str:
+    reservation = anyio.from_thread.run(ctx.output, "reserve")
+    anyio.from_thread.run(cyclone.enqueue_completion, ctx, ctx.client, notify_customer, invoice)
+    return f"{invoice.cents} from {reservation} in a thread: {not _in_main_thread()}"
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+async def test_a_sync_handler_runs_in_a_thread_when_called() -> None:
+    recorder = TxRecorder()
+    ctx = new_context(completion_tx=recorder, outputs={"reserve": "north"})
+    assert total_invoice.is_sync
+    assert await total_invoice(ctx, Invoice(7, 100)) == "100 from north in a thread: True"
+    assert [job.kind for job in recorder.enqueued] == ["customer.notify"]
+    assert not ctx.cancelled
+    ctx.raise_if_cancelled()  # not cancelled: returns
+
+
+def test_generator_handlers_are_refused() -> None:
+    def gen(ctx: cyclone.Context, n: int) -> Iterator[int]:
+        yield n
+
+    async def agen(ctx: cyclone.Context, n: int) -> AsyncIterator[int]:
+        yield n
+
+    for handler in (gen, agen):
+        with pytest.raises(cyclone.InvalidInputError, match="is a generator: a handler returns"):
+            cyclone.step("gen")(handler)
