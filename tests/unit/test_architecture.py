@@ -33,8 +33,8 @@ ALLOWED = {
     ("cyclone._services.readiness", "pool._connect_args"),
     ("cyclone._services.readiness", "pool._connect_kwargs"),
     # Django's connection proxy names the wrapper it stands for only through these.
-    ("cyclone.integrations.django", "source._connections"),
-    ("cyclone.integrations.django", "source._alias"),
+    ("cyclone.integrations.django.connection", "source._connections"),
+    ("cyclone.integrations.django.connection", "source._alias"),
     # A named tuple's own API: SplitResult._replace.
     ("cyclone.testing._postgres", "urlsplit(self.dsn)._replace"),
 }

@@ -1,0 +1,203 @@
+"""Django's tasks framework on Cyclone: a real Django project (tests/djangotasks), real
+PostgreSQL, a real Cyclone worker. Run on the backport (Python 3.11) and on Django 6's
+``django.tasks`` (``.ci/run`` builds a 3.12 venv for it)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from cyclone.integrations.django.framework import (
+    SOURCE,
+    InvalidTaskError,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+)
+from tests.djangotasks.conftest import WorkerStarter
+from tests.djangotasks.notes import tasks
+from tests.djangotasks.notes.models import Note, Ran
+
+
+def wait(result: Any) -> None:
+    """Until the task's job has ended (the sync client polls), then refresh ``result``."""
+    backend = task_backends["default"]
+    backend.client().get_run(uuid.UUID(result.id)).wait(timeout=60)
+    result.refresh()
+
+
+def runs(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*) FROM public.cyclone_runs").fetchone()[0]  # type: ignore[index]
+
+
+def test_the_backend_declares_what_it_supports(django_db: str) -> None:
+    from django.core.management import call_command
+
+    backend = task_backends["default"]
+    assert type(backend).__module__ == "cyclone.integrations.django.backend"
+    assert backend.alias == "default"
+    assert backend.options == {}
+    assert backend.supports_defer and backend.supports_async_task
+    assert backend.supports_get_result and backend.supports_priority
+    call_command("check")  # Django's checks and the backend's own: none fails
+
+
+def test_a_rolled_back_view_leaves_neither_note_nor_task(django_db: str) -> None:
+    with pytest.raises(tasks.NoteError):
+        tasks.create_note("lost", fail=True)
+    assert Note.objects.count() == 0
+    assert runs(django_db) == 0
+
+
+def test_a_committed_view_runs_its_task_once(django_db: str, task_worker: WorkerStarter) -> None:
+    note_id = tasks.create_note("hello")
+    [run_id] = _run_ids(django_db)
+    result = tasks.mark_done.get_result(run_id)
+    assert result.status == TaskResultStatus.READY
+    assert result.args == [note_id] and result.kwargs == {}
+    task_worker()
+    wait(result)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "hello"
+    assert Note.objects.get(id=note_id).runs == 1
+    assert result.attempts == 1 and result.errors == []
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert result.last_attempted_at == result.started_at
+
+
+def test_enqueue_inside_atomic_is_read_back_in_the_same_transaction(django_db: str) -> None:
+    with transaction.atomic():
+        result = tasks.calculate_meaning_of_life.enqueue()
+        result.refresh()  # read in the open transaction, which holds the job
+        assert result.status == TaskResultStatus.READY
+        assert len(connection.run_on_commit) == 1  # the wakeup, after the commit
+    with pytest.raises(TaskResultDoesNotExist):
+        (other := tasks.calculate_meaning_of_life.enqueue()) and task_backends[
+            "default"
+        ].get_result(str(uuid.uuid4()))
+    assert task_backends["default"].get_result(other.id).task == tasks.calculate_meaning_of_life
+
+
+def test_results_and_the_expectations_of_django_tests(
+    django_db: str, task_worker: WorkerStarter
+) -> None:
+    meaning = tasks.calculate_meaning_of_life.enqueue()
+    noop = tasks.double.enqueue(1, twice=False)
+    context = tasks.who_am_i.enqueue("hi")
+    assert meaning.status == TaskResultStatus.READY and not meaning.is_finished
+    with pytest.raises(ValueError, match="Task has not finished yet"):
+        meaning.return_value  # noqa: B018
+    assert noop.args == [1] and noop.kwargs == {"twice": False}
+    task_worker()
+    for result in (meaning, noop, context):
+        wait(result)
+        assert result.status == TaskResultStatus.SUCCESSFUL and result.is_finished
+    assert meaning.return_value == 42
+    assert noop.return_value == 1
+    assert context.return_value == {"id": context.id, "attempt": 1, "word": "hi"}
+    again = task_backends["default"].get_result(meaning.id)
+    assert again.task == tasks.calculate_meaning_of_life
+    assert (again.id, again.status, again.return_value) == (meaning.id, meaning.status, 42)
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result("123")
+
+
+def test_failing_tasks_keep_their_errors(django_db: str, task_worker: WorkerStarter) -> None:
+    own = tasks.fail.enqueue("out of paper")
+    builtin = tasks.fail_builtin.enqueue()
+    not_json = tasks.complex_return_value.enqueue()
+    task_worker()
+    for result in (own, builtin, not_json):
+        wait(result)
+        assert result.status == TaskResultStatus.FAILED and result.is_finished
+        with pytest.raises(ValueError, match="Task failed"):
+            result.return_value  # noqa: B018
+        assert result.attempts == 1 and len(result.errors) == 1
+        assert result.started_at is not None and result.finished_at is not None
+    assert own.errors[0].exception_class is tasks.NoteError
+    assert own.errors[0].traceback.endswith("NoteError: out of paper\n")
+    assert builtin.errors[0].exception_class is ValueError
+    assert builtin.errors[0].traceback.endswith("ValueError: This Task failed due to ValueError\n")
+    assert not_json.errors[0].exception_class is TypeError
+    assert "Unsupported type" in not_json.errors[0].traceback
+
+
+def test_priority_queue_and_run_after(django_db: str, task_worker: WorkerStarter) -> None:
+    later = timezone.now() + dt.timedelta(hours=1)
+    deferred = tasks.record.using(run_after=later).enqueue("deferred")
+    emails = tasks.record.using(queue_name="emails").enqueue("emails")
+    for priority in (-100, 0, 100, 7):
+        tasks.record.using(priority=priority).enqueue(f"p{priority}")
+    with pytest.raises(InvalidTaskError, match="Queue 'unknown' is not valid"):
+        tasks.record.using(queue_name="unknown").enqueue("nowhere")
+    with pytest.raises(InvalidTaskError, match="priority"):
+        tasks.record.using(priority=101).enqueue("too high")
+    assert runs(django_db) == 6  # the refused calls wrote nothing
+    result = tasks.record.get_result(deferred.id)
+    assert result.task.run_after == later and result.status == TaskResultStatus.READY
+    assert tasks.record.get_result(emails.id).task.queue_name == "emails"
+    with psycopg.connect(django_db) as conn:
+        stored = conn.execute(
+            "SELECT queue, available_at FROM public.cyclone_tasks WHERE run_id = %s",
+            (uuid.UUID(deferred.id),),
+        ).fetchone()
+    assert stored == ("default", later)
+    task_worker(queues={"default": 1})  # one at a time: in priority order; no emails queue
+    last = tasks.record.get_result(_run_ids(django_db, label_of="p-100")[0])
+    wait(last)
+    assert list(Ran.objects.order_by("id").values_list("label", flat=True)) == [
+        "p100",
+        "p7",
+        "p0",
+        "p-100",
+    ]
+    emails.refresh()
+    deferred.refresh()
+    assert emails.status == deferred.status == TaskResultStatus.READY
+
+
+def test_aenqueue_and_aget_result(django_db: str, task_worker: WorkerStarter) -> None:
+    from asgiref.sync import async_to_sync
+
+    async def produce() -> Any:
+        result = await tasks.double.aenqueue(21)
+        return result, await task_backends["default"].aget_result(result.id)
+
+    result, read = async_to_sync(produce)()
+    assert read.id == result.id and read.status == TaskResultStatus.READY
+    task_worker()
+    wait(result)
+    async_to_sync(result.arefresh)()
+    assert result.return_value == 42
+
+
+def test_override_settings_swaps_in_djangos_own_backends(django_db: str) -> None:
+    from django.test import override_settings
+
+    immediate = f"{SOURCE}.backends.immediate.ImmediateBackend"
+    with override_settings(TASKS={"default": {"BACKEND": immediate}}):
+        result = tasks.calculate_meaning_of_life.enqueue()
+        assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
+    dummy = f"{SOURCE}.backends.dummy.DummyBackend"
+    with override_settings(TASKS={"default": {"BACKEND": dummy}}):
+        result = tasks.calculate_meaning_of_life.enqueue()
+        assert result.status == TaskResultStatus.READY
+    assert runs(django_db) == 0
+
+
+def _run_ids(dsn: str, *, label_of: str | None = None) -> list[str]:
+    """The ids of the jobs (of ``record`` called with ``label_of``)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT id FROM public.cyclone_runs"
+            " WHERE %s::text IS NULL OR input->'args'->>0 = %s ORDER BY id",
+            (label_of, label_of),
+        ).fetchall()
+    return [str(r[0]) for r in rows]
