@@ -43,14 +43,16 @@ WorkerStarter = Callable[..., None]
 
 @pytest.fixture
 def task_worker(django_db: str) -> Iterator[WorkerStarter]:
-    """``start(queues=...)``: a worker serving every task of the default backend, in a
-    thread of its own until the test ends."""
+    """``start(only=None, **worker_options)``: a worker serving every task of the default
+    backend (or those in ``only``), in a thread of its own until the test ends."""
     from cyclone.integrations.django.worker import backend_named, serve
 
     stops: list[tuple[threading.Thread, asyncio.AbstractEventLoop, asyncio.Event]] = []
 
-    def start(**options: Any) -> None:
+    def start(only: Any = None, **options: Any) -> None:
         steps = serve(backend_named("default"))
+        if only is not None:  # serve only these tasks' steps
+            steps = [s for s in steps if s.name in {t.module_path for t in only}]
         ready = threading.Event()
         found: dict[str, Any] = {}
 

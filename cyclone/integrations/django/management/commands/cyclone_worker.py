@@ -5,6 +5,7 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from cyclone._worker.worker import DEFAULT_CONCURRENCY
@@ -43,7 +44,7 @@ class Command(BaseCommand):
 
         try:
             backend = backend_named(options["backend"])
-        except TypeError as exc:
+        except (TypeError, ImproperlyConfigured) as exc:  # another backend, or no such alias
             raise CommandError(str(exc)) from None
         steps = serve(backend)
         if not steps:
