@@ -201,3 +201,49 @@ def _run_ids(dsn: str, *, label_of: str | None = None) -> list[str]:
             (label_of, label_of),
         ).fetchall()
     return [str(r[0]) for r in rows]
+
+
+def test_a_django_testcase_rolls_its_tasks_back(django_db: str) -> None:
+    import unittest
+
+    from tests.djangotasks.notes.testcases import EnqueueInATestCase
+
+    outcome = unittest.TestResult()
+    unittest.defaultTestLoader.loadTestsFromTestCase(EnqueueInATestCase).run(outcome)
+    assert outcome.wasSuccessful(), outcome.errors + outcome.failures
+    assert outcome.testsRun == 1
+    assert runs(django_db) == 0
+
+
+def test_max_attempts_retries_a_failed_task(django_db: str, task_worker: WorkerStarter) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    default = {**settings.TASKS["default"], "OPTIONS": {"MAX_ATTEMPTS": 2}}
+    with override_settings(TASKS={"default": default}):
+        result = tasks.flaky.enqueue()
+        task_worker(backoff=lambda attempt: 0.0)
+        wait(result)
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 2
+    assert result.attempts == 2 and len(result.worker_ids) == 2
+    [error] = result.errors
+    assert error.exception_class is tasks.NoteError
+    assert result.started_at < result.last_attempted_at <= result.finished_at
+
+
+def test_bad_options_are_refused_when_the_backend_is_made(django_db: str) -> None:
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.test import override_settings
+
+    for options, message in [
+        ({"MAX_ATTEMPT": 2}, "unknown OPTIONS MAX_ATTEMPT"),
+        ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS must be an int from 1"),
+        ({"SCHEMA": "Bad-Schema"}, "SCHEMA must be a lower-case identifier"),
+    ]:
+        default = {**settings.TASKS["default"], "OPTIONS": options}
+        with (
+            override_settings(TASKS={"default": default}),
+            pytest.raises(ImproperlyConfigured, match=message),
+        ):
+            task_backends["default"]

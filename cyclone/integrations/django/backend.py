@@ -107,7 +107,11 @@ class CycloneBackend(BaseTaskBackend):
             run_after=task.run_after,
         )
         step = step_of(task, max_attempts=self.max_attempts)
-        options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority}
+        options: dict[str, Any] = {
+            "queue": task.queue_name,
+            "priority": task.priority,
+            "max_attempts": self.max_attempts,
+        }
         if task.run_after is not None:
             options["process_at"] = task.run_after
         client = self.client()

@@ -54,6 +54,14 @@ def who_am_i(context: TaskContext, word: str) -> dict[str, Any]:
     return {"id": context.task_result.id, "attempt": context.attempt, "word": word}
 
 
+@task(takes_context=True)
+def flaky(context: TaskContext) -> int:
+    """Fail the first attempt; the number of the one that succeeds."""
+    if context.attempt == 1:
+        raise NoteError("the first attempt fails")
+    return context.attempt
+
+
 @task
 async def double(n: int, *, twice: bool = True) -> int:
     await asyncio.sleep(0)
