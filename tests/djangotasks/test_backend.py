@@ -247,3 +247,25 @@ def test_bad_options_are_refused_when_the_backend_is_made(django_db: str) -> Non
             pytest.raises(ImproperlyConfigured, match=message),
         ):
             task_backends["default"]
+
+
+def test_checks_name_a_database_cyclone_cannot_use(django_db: str) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    for database, code in [("nowhere", "cyclone.E001"), ("lite", "cyclone.E002")]:
+        default = {**settings.TASKS["default"], "OPTIONS": {"DATABASE": database}}
+        with override_settings(TASKS={"default": default}):
+            assert [m.id for m in task_backends["default"].check()] == [code]
+
+
+def test_the_class_path_of_an_error_and_the_workers_dsn(django_db: str) -> None:
+    from cyclone.integrations.django.results import class_path
+    from cyclone.integrations.django.worker import backend_named, dsn_of
+
+    chained = "Traceback...\nKeyError: 'x'\n\nDuring handling...\nnotes.errors.Outer.Boom: no\n"
+    assert class_path("Outer.Boom", chained) == "notes.errors.Outer.Boom"
+    assert class_path("KeyError", chained) == "builtins.KeyError"
+    url = dsn_of(backend_named("default"))
+    with psycopg.connect(url) as conn:  # the database Django uses
+        assert conn.info.dbname == connection.settings_dict["NAME"]

@@ -36,6 +36,9 @@ class Command(BaseCommand):
         parser.add_argument("--shutdown-timeout", type=float)
         parser.add_argument("--wait-for-migrations", action="store_true")
         parser.add_argument("--metrics-port", type=int)
+        parser.add_argument(
+            "--dsn", help="The database's URL (default: built from the backend's DATABASES entry)."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         import click
@@ -55,7 +58,14 @@ class Command(BaseCommand):
         queues = options["queues"] or ",".join(
             f"{q}={DEFAULT_CONCURRENCY}" for q in sorted(backend.queues or {s.queue for s in steps})
         )
-        argv = ["--dsn", dsn_of(backend), "--schema", backend.schema, "worker", TARGET]
+        argv = [
+            "--dsn",
+            options["dsn"] or dsn_of(backend),
+            "--schema",
+            backend.schema,
+            "worker",
+            TARGET,
+        ]
         argv += ["--queues", queues]
         for name in ("threads", "poll_interval", "shutdown_timeout", "metrics_port"):
             if options[name] is not None:
