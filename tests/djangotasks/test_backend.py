@@ -13,6 +13,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+import cyclone
 from cyclone.integrations.django.framework import (
     SOURCE,
     InvalidTaskError,
@@ -78,11 +79,15 @@ def test_enqueue_inside_atomic_is_read_back_in_the_same_transaction(django_db: s
         result.refresh()  # read in the open transaction, which holds the job
         assert result.status == TaskResultStatus.READY
         assert len(connection.run_on_commit) == 1  # the wakeup, after the commit
-    with pytest.raises(TaskResultDoesNotExist):
-        (other := tasks.calculate_meaning_of_life.enqueue()) and task_backends[
-            "default"
-        ].get_result(str(uuid.uuid4()))
-    assert task_backends["default"].get_result(other.id).task == tasks.calculate_meaning_of_life
+    assert task_backends["default"].get_result(result.id).task == tasks.calculate_meaning_of_life
+
+
+def test_ids_that_are_not_django_tasks_have_no_result(django_db: str) -> None:
+    plain = cyclone.register_kind("djangotasks.plain", int, None)
+    run = task_backends["default"].client().enqueue(plain, 1)  # another producer's job
+    for result_id in (str(run.id), str(uuid.uuid4()), "123"):
+        with pytest.raises(TaskResultDoesNotExist):
+            task_backends["default"].get_result(result_id)
 
 
 def test_results_and_the_expectations_of_django_tests(

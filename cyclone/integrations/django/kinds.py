@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 from django.db import close_old_connections
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from cyclone._client import Context
 from cyclone._model.steps import Step
@@ -74,6 +75,20 @@ def known_tasks() -> list[Task[Any, Any]]:
     """The tasks this process has defined for a Cyclone backend, by module path."""
     with _lock:
         return [_tasks[path] for path in sorted(_tasks)]
+
+
+def known_task(path: str) -> Task[Any, Any] | None:
+    """The task at module path ``path``: one this process defined, or else the ``Task`` its
+    module defines once imported (as Django rebuilds a pickled task); None if neither."""
+    with _lock:
+        task = _tasks.get(path)
+    if task is None:
+        try:
+            found = import_string(path)
+        except ImportError:
+            return None
+        task = found if isinstance(found, Task) else None
+    return task
 
 
 def step_of(task: Task[Any, Any], *, max_attempts: int) -> Step[TaskCall, TaskReturn]:

@@ -20,7 +20,6 @@ from typing import Any
 import msgspec
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.utils.module_loading import import_string
 
 from cyclone._model import codec
 from cyclone._storage import queries as db
@@ -34,7 +33,7 @@ from cyclone.integrations.django.framework import (
     TaskResultDoesNotExist,
     TaskResultStatus,
 )
-from cyclone.integrations.django.kinds import TaskCall, TaskReturn, task_of
+from cyclone.integrations.django.kinds import TaskCall, TaskReturn, known_task, task_of
 
 _STATUS = {
     "available": TaskResultStatus.READY,
@@ -71,14 +70,14 @@ def read_result(
     if payload is None:  # purged between the statements
         raise TaskResultDoesNotExist(result_id)
     try:
-        task = import_string(row["name"])
         call = codec.decode(payload["input"], TaskCall)
-    except (ImportError, msgspec.DecodeError) as exc:
+    except msgspec.DecodeError:  # another producer's job: its kind is not imported
+        raise TaskResultDoesNotExist(f"run {result_id} is not a Django task's") from None
+    task = known_task(row["name"])
+    if task is None:
         raise TaskResultDoesNotExist(
-            f"run {result_id} is not a Django task's ({row['name']}): {exc}"
-        ) from None
-    if not isinstance(task, Task):
-        raise TaskResultDoesNotExist(f"run {result_id} is not a Django task's ({row['name']})")
+            f"run {result_id} is of task {row['name']}, which this process cannot import"
+        )
     returned = None
     if payload["output"] is not None:
         returned = codec.decode(payload["output"], TaskReturn)
