@@ -274,3 +274,19 @@ def test_the_class_path_of_an_error_and_the_workers_dsn(django_db: str) -> None:
     url = dsn_of(backend_named("default"))
     with psycopg.connect(url) as conn:  # the database Django uses
         assert conn.info.dbname == connection.settings_dict["NAME"]
+
+
+def test_a_running_task_reports_running(django_db: str, task_worker: WorkerStarter) -> None:
+    tasks.STARTED.clear()
+    tasks.RELEASE.clear()
+    result = tasks.hold.enqueue()
+    task_worker()
+    try:
+        assert tasks.STARTED.wait(60), "the task never started"
+        result.refresh()
+        assert result.status == TaskResultStatus.RUNNING and not result.is_finished
+        assert result.attempts == 1 and result.finished_at is None
+    finally:
+        tasks.RELEASE.set()
+    wait(result)
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "released"

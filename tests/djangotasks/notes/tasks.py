@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 from django.db import transaction
@@ -10,6 +11,11 @@ from django.db.models import F
 
 from cyclone.integrations.django.framework import TaskContext, task
 from tests.djangotasks.notes.models import Note, Ran
+
+STARTED = threading.Event()
+"""Set by ``hold`` once it runs (an in-process worker runs it in a thread of this process)."""
+RELEASE = threading.Event()
+"""What ``hold`` waits for before it returns."""
 
 
 class NoteError(Exception):
@@ -52,6 +58,13 @@ def complex_return_value() -> Any:
 @task(takes_context=True)
 def who_am_i(context: TaskContext, word: str) -> dict[str, Any]:
     return {"id": context.task_result.id, "attempt": context.attempt, "word": word}
+
+
+@task
+def hold() -> str:
+    """Run until the test releases it."""
+    STARTED.set()
+    return "released" if RELEASE.wait(60) else "never released"
 
 
 @task(takes_context=True)
