@@ -5,7 +5,9 @@ PostgreSQL, a real Cyclone worker. Run on the backport (Python 3.11) and on Djan
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import uuid
+import zoneinfo
 from typing import Any
 
 import psycopg
@@ -18,6 +20,7 @@ from cyclone.integrations.django.framework import (
     SOURCE,
     InvalidTaskError,
     TaskResultDoesNotExist,
+    TaskResultMismatch,
     TaskResultStatus,
     task_backends,
 )
@@ -112,6 +115,8 @@ def test_results_and_the_expectations_of_django_tests(
     assert (again.id, again.status, again.return_value) == (meaning.id, meaning.status, 42)
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].get_result("123")
+    with pytest.raises(TaskResultMismatch):
+        tasks.double.get_result(meaning.id)
 
 
 def test_failing_tasks_keep_their_errors(django_db: str, task_worker: WorkerStarter) -> None:
@@ -262,6 +267,9 @@ def test_checks_name_a_database_cyclone_cannot_use(django_db: str) -> None:
         default = {**settings.TASKS["default"], "OPTIONS": {"DATABASE": database}}
         with override_settings(TASKS={"default": default}):
             assert [m.id for m in task_backends["default"].check()] == [code]
+    bad_queue = {**settings.TASKS["default"], "QUEUES": ["default", "two words"]}
+    with override_settings(TASKS={"default": bad_queue}):
+        assert [m.id for m in task_backends["default"].check()] == ["cyclone.E003"]
 
 
 def test_the_class_path_of_an_error_and_the_workers_dsn(django_db: str) -> None:
@@ -290,3 +298,33 @@ def test_a_running_task_reports_running(django_db: str, task_worker: WorkerStart
         tasks.RELEASE.set()
     wait(result)
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "released"
+
+
+def test_the_signals_log_as_djangos_backends_do(
+    django_db: str, task_worker: WorkerStarter, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=SOURCE)
+    ok = tasks.calculate_meaning_of_life.enqueue()
+    failed = tasks.fail_builtin.enqueue()
+    task_worker()
+    wait(ok)
+    wait(failed)
+    lines = [r.getMessage() for r in caplog.records if r.name == SOURCE]
+    for result, end in ((ok, "state=SUCCESSFUL"), (failed, "state=FAILED")):
+        mine = [line for line in lines if result.id in line]
+        assert len(mine) == 3, lines
+        assert "enqueued" in mine[0] and "state=RUNNING" in mine[1] and end in mine[2]
+
+
+def test_a_naive_run_after_is_in_the_current_time_zone(django_db: str) -> None:
+    from django.test import override_settings
+
+    with override_settings(USE_TZ=False, TIME_ZONE="Europe/Paris"):
+        later = dt.datetime.now() + dt.timedelta(hours=1)
+        result = tasks.record.using(run_after=later).enqueue("naive")
+    with psycopg.connect(django_db) as conn:
+        [available_at] = conn.execute(
+            "SELECT available_at FROM public.cyclone_tasks WHERE run_id = %s",
+            (uuid.UUID(result.id),),
+        ).fetchone()  # type: ignore[misc]
+    assert available_at == later.replace(tzinfo=zoneinfo.ZoneInfo("Europe/Paris"))

@@ -15,6 +15,7 @@ from typing import Any
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
+from django.utils import timezone
 
 import cyclone.sync
 from cyclone._model.errors import CycloneError
@@ -112,8 +113,11 @@ class CycloneBackend(BaseTaskBackend):
             "priority": task.priority,
             "max_attempts": self.max_attempts,
         }
-        if task.run_after is not None:
-            options["process_at"] = task.run_after
+        if task.run_after is not None:  # naive (USE_TZ = False): in the current time zone
+            run_after = task.run_after
+            options["process_at"] = (
+                timezone.make_aware(run_after) if timezone.is_naive(run_after) else run_after
+            )
         client = self.client()
         wrapper = connections[self.database]
         if wrapper.in_atomic_block:

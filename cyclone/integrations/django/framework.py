@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # django-stubs types Django's module; the backport has the sa
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import InvalidTask as InvalidTaskError
-    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
@@ -24,7 +24,7 @@ else:
         from django.tasks.backends.base import BaseTaskBackend
         from django.tasks.base import Task, TaskError
         from django.tasks.exceptions import InvalidTask as InvalidTaskError
-        from django.tasks.exceptions import TaskResultDoesNotExist
+        from django.tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
         from django.tasks.signals import task_enqueued, task_finished, task_started
         from django.utils.json import normalize_json
 
@@ -33,7 +33,11 @@ else:
         from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import Task, TaskError
-        from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+        from django_tasks.exceptions import (
+            InvalidTaskError,
+            TaskResultDoesNotExist,
+            TaskResultMismatch,
+        )
         from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
 
@@ -48,6 +52,7 @@ __all__ = [
     "TaskError",
     "TaskResult",
     "TaskResultDoesNotExist",
+    "TaskResultMismatch",
     "TaskResultStatus",
     "json_value",
     "task",
