@@ -24,6 +24,7 @@ from cyclone.integrations.django.framework import (
     TaskResultStatus,
     task_backends,
 )
+from cyclone.integrations.django.kinds import TaskExited
 from tests.djangotasks.conftest import WorkerStarter
 from tests.djangotasks.notes import tasks
 from tests.djangotasks.notes.models import Note, Ran
@@ -123,8 +124,9 @@ def test_failing_tasks_keep_their_errors(django_db: str, task_worker: WorkerStar
     own = tasks.fail.enqueue("out of paper")
     builtin = tasks.fail_builtin.enqueue()
     not_json = tasks.complex_return_value.enqueue()
+    exits = tasks.exits.enqueue()
     task_worker()
-    for result in (own, builtin, not_json):
+    for result in (own, builtin, not_json, exits):
         wait(result)
         assert result.status == TaskResultStatus.FAILED and result.is_finished
         with pytest.raises(ValueError, match="Task failed"):
@@ -137,6 +139,8 @@ def test_failing_tasks_keep_their_errors(django_db: str, task_worker: WorkerStar
     assert builtin.errors[0].traceback.endswith("ValueError: This Task failed due to ValueError\n")
     assert not_json.errors[0].exception_class is TypeError
     assert "Unsupported type" in not_json.errors[0].traceback
+    assert exits.errors[0].exception_class is TaskExited  # and the worker runs on
+    assert exits.errors[0].traceback.endswith("TaskExited: the task raised SystemExit(3)\n")
 
 
 def test_priority_queue_and_run_after(django_db: str, task_worker: WorkerStarter) -> None:
@@ -328,3 +332,14 @@ def test_a_naive_run_after_is_in_the_current_time_zone(django_db: str) -> None:
             (uuid.UUID(result.id),),
         ).fetchone()  # type: ignore[misc]
     assert available_at == later.replace(tzinfo=zoneinfo.ZoneInfo("Europe/Paris"))
+
+
+def test_two_workers_run_each_committed_task_once(
+    django_db: str, task_worker: WorkerStarter
+) -> None:
+    notes = [tasks.create_note(f"note {i}") for i in range(30)]
+    task_worker()
+    task_worker()
+    for run_id in _run_ids(django_db):
+        wait(tasks.mark_done.get_result(run_id))
+    assert sorted(Note.objects.values_list("id", "runs")) == [(n, 1) for n in notes]

@@ -152,6 +152,21 @@ def _finished(result: TaskResult[Any, Any], status: TaskResultStatus, value: Any
     task_finished.send(sender=type(result.task.get_backend()), task_result=result)
 
 
+class TaskExited(Exception):
+    """What a task that raised ``SystemExit`` (``sys.exit()``) fails with: the attempt
+    fails, and the worker runs on."""
+
+
+def _failure(ctx: Context, result: TaskResult[Any, Any], exc: BaseException) -> BaseException:
+    """The error the attempt fails with (``exc``, or :class:`TaskExited` for ``SystemExit``);
+    ``task_finished`` is sent if it was the last attempt."""
+    if ctx.attempt >= ctx.max_attempts:
+        _finished(result, TaskResultStatus.FAILED)
+    if isinstance(exc, SystemExit):
+        return TaskExited(f"the task raised SystemExit({exc.code!r})")
+    return exc
+
+
 def _handler(task: Task[Any, Any]) -> Callable[[Context, TaskCall], TaskReturn]:
     def run_task(ctx: Context, call: TaskCall) -> TaskReturn:
         # In a worker thread, as a request is in its own: Django's connections of this
@@ -162,10 +177,10 @@ def _handler(task: Task[Any, Any]) -> Callable[[Context, TaskCall], TaskReturn]:
             result = _running(task, ctx, call, started)
             try:
                 value = json_value(task.func(*_arguments(task, result, call), **call.kwargs))
-            except Exception:
-                if ctx.attempt >= ctx.max_attempts:
-                    _finished(result, TaskResultStatus.FAILED)
-                raise
+            except (Exception, SystemExit) as exc:
+                if (failure := _failure(ctx, result, exc)) is exc:
+                    raise
+                raise failure from exc
             _finished(result, TaskResultStatus.SUCCESSFUL, value)
             return TaskReturn(value, started, WORKER_ID)
         finally:
@@ -180,10 +195,10 @@ def _async_handler(task: Task[Any, Any]) -> Callable[[Context, TaskCall], Any]:
         result = _running(task, ctx, call, started)
         try:
             value = json_value(await task.func(*_arguments(task, result, call), **call.kwargs))
-        except Exception:
-            if ctx.attempt >= ctx.max_attempts:
-                _finished(result, TaskResultStatus.FAILED)
-            raise
+        except (Exception, SystemExit) as exc:
+            if (failure := _failure(ctx, result, exc)) is exc:
+                raise
+            raise failure from exc
         _finished(result, TaskResultStatus.SUCCESSFUL, value)
         return TaskReturn(value, started, WORKER_ID)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from typing import Any
 
@@ -48,6 +49,11 @@ def fail(message: str) -> None:
 @task
 def fail_builtin() -> None:
     raise ValueError("This Task failed due to ValueError")
+
+
+@task
+def exits() -> None:
+    sys.exit(3)
 
 
 @task
