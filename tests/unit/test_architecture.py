@@ -33,8 +33,8 @@ ALLOWED = {
     ("cyclone._services.readiness", "pool._connect_args"),
     ("cyclone._services.readiness", "pool._connect_kwargs"),
     # Django's connection proxy names the wrapper it stands for only through these.
-    ("cyclone.integrations.django", "source._connections"),
-    ("cyclone.integrations.django", "source._alias"),
+    ("cyclone.integrations.django.connection", "source._connections"),
+    ("cyclone.integrations.django.connection", "source._alias"),
     # The documented way to exit without joining threads: a handler thread past the
     # shutdown deadline cannot be stopped, and the interpreter would wait for it.
     ("cyclone.cli._worker", "os._exit"),
