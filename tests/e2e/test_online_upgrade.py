@@ -65,37 +65,36 @@ async def tick(ctx: cyclone.Context, n: int) -> int:
     return n
 
 
-def old_release(migration: Migration, into: Path) -> Path:
-    """The package of the release before ``migration``, unpacked: main's history (its first
-    parents) just before the commit that first added a migration of that number."""
+# Wherever the package has kept its migrations over time.
+MIGRATION_FILES = ":(glob)cyclone/**/migrations/*.sql"
+
+
+def old_release(migration: Migration, into: Path) -> tuple[Path, int]:
+    """The package of the release before ``migration``, unpacked, and the last migration it
+    has: main's history (its first parents) just before the first commit whose migrations
+    reach that number. (Branches may land migrations out of order: that release may then
+    lack more than one migration up to this one.)"""
     git = shutil.which("git")
     if git is None or not (ROOT / ".git").exists():
         pytest.skip("needs the repository's history (git)")
-    log = subprocess.run(
-        [
-            git,
-            "log",
-            "--first-parent",
-            "--no-renames",
-            "--diff-filter=A",
-            "--name-only",
-            "--format=@%H",
-            "--",
-            "cyclone",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    added, commit = None, None
-    for line in log:
-        if line.startswith("@"):
-            commit = line[1:]
-        elif re.search(rf"/migrations/{migration.version:04d}_\w+\.sql$", line):
-            added = commit  # the log runs newest first: the last one found is the first
-    assert added, f"migration {migration.version:04d} is not in the history"
-    before = f"{added}^"
+
+    def run(*args: str) -> str:
+        return subprocess.run(
+            [git, *args], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+
+    def last_migration(commit: str) -> int:
+        names = run("ls-tree", "-r", "--name-only", commit, "cyclone").split()
+        found = [re.search(r"/migrations/(\d{4})_\w+\.sql$", n) for n in names]
+        return max((int(m[1]) for m in found if m), default=0)
+
+    reaching = None  # the oldest commit so far whose migrations reach this one
+    for commit in run("log", "--first-parent", "--format=%H", "--", MIGRATION_FILES).split():
+        if last_migration(commit) < migration.version:
+            break
+        reaching = commit
+    assert reaching, f"migration {migration.version:04d} is not in the history"
+    before = f"{reaching}^"
     known = subprocess.run([git, "rev-parse", "--verify", "--quiet", before], cwd=ROOT)
     if known.returncode != 0:
         pytest.skip("needs the commit before the migration (a shallow clone lacks it)")
@@ -107,14 +106,14 @@ def old_release(migration: Migration, into: Path) -> Path:
     )
     with tarfile.open(archive) as tar:
         tar.extractall(into, filter="data")
-    return into
+    return into, last_migration(before)
 
 
 @pytest.mark.parametrize("migration", MIGRATIONS[1:], ids=lambda m: f"{m.version:04d}_{m.name}")
 async def test_each_migration_applies_while_old_workers_drain(
     cyclone_env: CycloneEnv, tmp_path: Path, migration: Migration
 ) -> None:
-    old = old_release(migration, tmp_path)
+    old, had = old_release(migration, tmp_path)
     await cyclone_env.pool.execute("CREATE TABLE rolling_ran (n int, who text)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
     env["PYTHONPATH"] = str(old)
@@ -136,14 +135,15 @@ async def test_each_migration_applies_while_old_workers_drain(
         line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().split()
         assert line[0] == "ready" and line[1].startswith(str(old)), line  # the old package
         versions = await cyclone_env.pool.fetch(f"SELECT version FROM {SCHEMA}.cyclone_migrations")
-        assert sorted(r[0] for r in versions) == [
-            m.version for m in MIGRATIONS if m.version < migration.version
-        ]
-        # This migration alone, as this release ships it, while the old worker drains.
+        assert sorted(r[0] for r in versions) == [m.version for m in MIGRATIONS if m.version <= had]
+        # This migration, as this release ships it (and any before it that the old release
+        # lacks), while the old worker drains.
         client._queries.migrations = tuple(
             m for m in client._queries.migrations if m.version <= migration.version
         )
-        assert await client.migrate() == [migration.version]
+        assert await client.migrate() == [
+            m.version for m in MIGRATIONS if had < m.version <= migration.version
+        ]
         proc.stdin.write(b"migrated\n")
         assert (await asyncio.wait_for(proc.stdout.readline(), 120)).strip() == b"drained"
         if newest:  # this release's worker beside it, on the migrated schema
