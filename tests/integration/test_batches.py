@@ -148,6 +148,19 @@ async def test_a_batch_starts_at_max_wait(cyclone_env: CycloneEnv) -> None:
     assert probe.calls == [[1, 2, 3]]
 
 
+async def test_a_concurrency_limit_bounds_every_batch(cyclone_env: CycloneEnv) -> None:
+    """Flow control holds job by job: with at most 2 of the kind running, no batch holds
+    more than 2 jobs, and every job still completes once."""
+    probe.reset()
+    client = cyclone_env.client
+    await client.queues.set_kind_limits("batch.waiting", concurrency=2)
+    runs = await waiting.enqueue_many(client, list(range(6)))
+    async with fast_worker(client, steps=[waiting], queues={"batch": 20}):
+        assert await results(runs) == list(range(6))
+    assert max(len(call) for call in probe.calls) <= 2
+    assert sorted(i for call in probe.calls for i in call) == list(range(6))
+
+
 async def test_group_by_keeps_groups_apart(cyclone_env: CycloneEnv) -> None:
     probe.reset()
     words = ["apple", "banana", "avocado", "blueberry", "apricot"]
