@@ -12,8 +12,9 @@ from typing import Any, Literal
 import pytest
 
 import cyclone
+from cyclone._services import transitions
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import Probe, count_rows, fast_worker
+from tests.conftest import Probe, count_rows, fast_worker, waiting_on_a_lock
 
 probe = Probe()
 broken: set[str] = set()  # the steps that fail, until the test "deploys the fix"
@@ -305,3 +306,18 @@ async def test_a_skipped_node_before_the_fork_node_stays_skipped(cyclone_env: Cy
     assert sorted(probe.calls) == ["check", "close", "restock"]
     states = {n.name: n.state for n in (await other.info()).nodes}
     assert states["fork.refund"] == "skipped" and states["fork.restock"] == "completed"
+
+
+async def test_a_fork_waits_for_a_retry_of_its_run_and_sees_it(cyclone_env: CycloneEnv) -> None:
+    """The fork locks the run it forks: a retry that re-opened the run in a transaction not
+    yet committed holds it back, and once that commits the fork sees a pending run."""
+    fresh()
+    client = cyclone_env.client
+    run = await failed_at_charge(cyclone_env)
+    async with cyclone_env.pool.acquire() as conn, conn.transaction():
+        await transitions.retry(conn, client._queries, run.id, None)  # locks and re-opens it
+        fork = asyncio.create_task(client.fork(run, from_node="fork.charge"))
+        await waiting_on_a_lock(cyclone_env)
+    with pytest.raises(cyclone.InvalidStateError, match="still running"):
+        await fork
+    assert (await run.info()).forks == []
