@@ -321,3 +321,47 @@ async def test_a_fork_waits_for_a_retry_of_its_run_and_sees_it(cyclone_env: Cycl
     with pytest.raises(cyclone.InvalidStateError, match="still running"):
         await fork
     assert (await run.info()).forks == []
+
+
+@cyclone.step("fork.welcome", max_attempts=1)
+async def welcome(ctx: cyclone.Context, n: int) -> str:
+    called("welcome")
+    return f"welcomed {n}"
+
+
+@cyclone.step("fork.notify", max_attempts=1)
+async def notify(ctx: cyclone.Context, n: int) -> str:
+    called("notify")
+    return str(await ctx.output("fork.welcoming"))
+
+
+welcoming = cyclone.define_result("fork.welcoming", int, str)
+welcoming.set_result(welcoming.node(welcome))
+onboarding = cyclone.define("fork.onboarding", int)
+onboarding.node(notify, after=[onboarding.child(welcoming)])
+
+
+async def test_a_child_node_is_copied_with_its_child_run_or_submits_a_new_one(
+    cyclone_env: CycloneEnv,
+) -> None:
+    fresh()
+    client = cyclone_env.client
+    broken.add("notify")
+    run = await onboarding.submit(client, 3)
+    async with fast_worker(client, workflows=[onboarding]):
+        assert await run.wait(timeout=30) is cyclone.RunState.FAILED
+        broken.clear()
+        probe.calls.clear()
+        fork = await client.fork(run, from_node="fork.notify")
+        assert await fork.wait(timeout=30) is cyclone.RunState.COMPLETED
+        assert probe.calls == ["notify"]  # no new child run
+        child = {n.name: n.child_run for n in (await run.info()).nodes}["fork.welcoming"]
+        copied = {n.name: n.child_run for n in (await fork.info()).nodes}["fork.welcoming"]
+        assert copied == child is not None
+        assert (await fork.payloads()).nodes["fork.notify"].output == "welcomed 3"
+        again = await client.fork(run, from_node="fork.welcoming")
+        assert await again.wait(timeout=30) is cyclone.RunState.COMPLETED
+    assert sorted(probe.calls) == ["notify", "notify", "welcome"]
+    rerun = {n.name: n.child_run for n in (await again.info()).nodes}["fork.welcoming"]
+    assert rerun not in (None, child)
+    assert await count_rows(cyclone_env, "cyclone_runs", "name = 'fork.welcoming'") == 2
