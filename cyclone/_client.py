@@ -39,6 +39,7 @@ from cyclone._services import migrator, stats
 from cyclone._services.bundle import Services
 from cyclone._services.database import Database
 from cyclone._services.explain import explain
+from cyclone._services.forks import Forks, run_id_of
 from cyclone._services.keys import Keys
 from cyclone._services.notifier import Notifier
 from cyclone._services.observe import Observer, Observers
@@ -293,16 +294,21 @@ class Client(AsyncResource):
         live workers), so it is cheap enough to call in a loop. :class:`RunNotFoundError` if
         the run is not visible.
         """
-        if isinstance(run, Run):
-            run_id = run.id
-        elif isinstance(run, uuid.UUID):
-            run_id = run
-        else:
-            raise InvalidInputError(
-                f"explain() takes a cyclone.Run or a uuid.UUID, got {type(run).__name__}: "
-                f"pass uuid.UUID(text) for a run id in text"
-            )
-        return await explain(self.services.database, run_id, self.cipher)
+        return await explain(self.services.database, run_id_of(run, call="explain"), self.cipher)
+
+    async def fork(
+        self, run: Run | uuid.UUID, *, from_node: str, input: Any = None, key: str | None = None
+    ) -> Run:
+        """A new run of an ended workflow run's graph that runs ``from_node`` and every node
+        after it again, on the current code, and copies the other nodes with their outputs
+        (docs/workflows.md, "Forking a run"). ``input`` replaces the run's input (None keeps
+        it); ``key`` makes one fork per key, as ``submit_once`` (``created`` tells). A result
+        workflow's fork is a :class:`ResultRun`; ``run.info().forked_from`` links it back.
+        """
+        forks = Forks(
+            self.services.database, self.services.publisher, self.cipher, self.payload_limit
+        )
+        return await forks.fork(self, run, from_node, input, key)
 
     async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
         """Complete wait node ``node`` of a run with ``payload`` as its output.

@@ -64,11 +64,12 @@ class ConflictError(CycloneError):
 
 
 class SubmitConflictError(ConflictError):
-    """``submit_once`` found the key's run, but its input differs from this call's."""
+    """``submit_once`` (or a keyed ``fork``) found the key's run, but its input (or what it
+    forked) differs from this call's."""
 
-    def __init__(self, name: str, key: str, run_id: uuid.UUID) -> None:
+    def __init__(self, name: str, key: str, run_id: uuid.UUID, *, what: str = "input") -> None:
         super().__init__(
-            f"key {key!r} of workflow {name!r} belongs to run {run_id} with a different input"
+            f"key {key!r} of workflow {name!r} belongs to run {run_id} with a different {what}"
         )
         self.name = name
         self.key = key

@@ -103,7 +103,9 @@ class RunInfo:
     (the run's input and the output of a job or of a result workflow's result node, decoded
     as plain JSON values; ``None`` until there is one, and in ``list_runs`` pages). A child
     run has ``parent_run`` and ``parent_node``: the run and child node that submitted it
-    (``run.info()`` only).
+    (``run.info()`` only). A fork (``client.fork``) has ``forked_from``: the run it was forked
+    from and the node it re-ran from; ``forks`` lists the runs forked from this one, oldest
+    first, each with its node (``run.info()`` only).
     """
 
     id: uuid.UUID
@@ -121,6 +123,8 @@ class RunInfo:
     output: Any = None
     parent_run: uuid.UUID | None = None
     parent_node: str | None = None
+    forked_from: tuple[uuid.UUID, str] | None = None
+    forks: list[tuple[uuid.UUID, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

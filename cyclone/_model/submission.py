@@ -1,6 +1,7 @@
 """A defined workflow as the rest of Cyclone uses it (pure): its nodes, steps and output
-types, which workers read; the plan of a submit, which the insert path writes; the submit
-calls, which hand a submit to the client's insert path (``cyclone._enqueue``).
+types, which workers read; the plan of a submit, which the insert path writes, and of a
+fork (``cyclone._model.forks``); the submit calls, which hand a submit to the client's insert
+path (``cyclone._enqueue``).
 
 :class:`Submittable` is the base of :class:`~cyclone._model.workflows.Workflow`, which adds
 the nodes (``node``, ``map``, ``child``, ``wait``). A submit turns into a
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, Unpack
 
 from cyclone._model import codec
 from cyclone._model.errors import InvalidInputError
+from cyclone._model.forks import ForkPlan, check_graph, plan_copies
 from cyclone._model.handles import ResultRun, Run
 from cyclone._model.keys import validate_key, validate_name
 from cyclone._model.maps import check_items
@@ -135,10 +137,44 @@ class Submittable(Generic[In]):
         )
         check_items(self.name, self._nodes.values(), input)
         key = None if key is None else validate_key(key)
+        layout = self._laid_out()
+        return SubmitPlan.of(self.name, layout, input, encoded, key, result_node, opts, parent)
+
+    def _laid_out(self) -> Layout:
         if self._layout is None:  # made once, until a node is added
             self._layout = Layout.of(list(self._nodes.values()))
-        layout = self._layout
-        return SubmitPlan.of(self.name, layout, input, encoded, key, result_node, opts, parent)
+        return self._layout
+
+    def check_run_graph(
+        self, run_id: uuid.UUID, nodes: list[str], edges: list[tuple[str, str, str | None]]
+    ) -> None:
+        """Raise :class:`InvalidStateError` unless a run's stored ``nodes`` (not items) and
+        ``edges`` (parent, child, condition as JSON text) are this definition's graph."""
+        check_graph(self.name, run_id, self._laid_out(), nodes, edges)
+
+    def plan_fork(
+        self,
+        payload_limit: int,
+        source: tuple[uuid.UUID, Mapping[str, str]],
+        node: str,
+        input: Any,
+        key: str | None,
+    ) -> ForkPlan:
+        """Check a fork of ``source`` (the run and its nodes' states; its graph is this
+        definition's) from ``node`` with ``input`` (None: the run's own) and return what it
+        writes (nothing is written here)."""
+        run_id, states = source
+        layout = self._laid_out()
+        copied, deps = plan_copies(layout, run_id, node, states)
+        encoded = None
+        if input is not None:
+            what = f"input of workflow {self.name!r}"
+            encoded = codec.encode(input, self.input_type, what=what, limit=payload_limit)
+            check_items(self.name, self._nodes.values(), input)
+        key = None if key is None else validate_key(key)
+        return ForkPlan(
+            run_id, node, self.name, encoded, key, self._result_node(), layout, copied, deps
+        )
 
     async def _submit(
         self,

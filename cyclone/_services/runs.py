@@ -170,11 +170,17 @@ class Runs:
             nodes = await db.run_nodes(conn, q, run_id)
             edges = await db.run_edges(conn, q, run_id)
             payload = await db.run_payload(conn, q, run_id)
+            links = [
+                (r["what"], (r["run_id"], r["node"]))
+                for r in await db.run_fork_links(conn, q, run_id)
+            ]
         info = dataclasses.replace(
             run_info(row, payload, self.cipher),
             parent_run=row["parent_run"],
             parent_node=row["parent_node"],
+            forked_from=next((link for what, link in links if what == "from"), None),
         )
+        info.forks.extend(link for what, link in links if what == "fork")
         info.edges.extend((e["parent"], e["child"]) for e in edges)
         info.branches.extend(
             (e["parent"], e["child"], codec.decode(e["cond"], Any))

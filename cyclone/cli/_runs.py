@@ -1,9 +1,12 @@
-"""``cyclone runs ls|show|why|signal|retry|cancel`` and ``cyclone purge``: find, inspect,
+"""``cyclone runs ls|show|why|signal|retry|fork|cancel`` and ``cyclone purge``: find, inspect,
 explain and steer runs, and delete the old ones."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -37,7 +40,7 @@ def _info_dict(info: RunInfo) -> dict[str, Any]:
 
 @subgroup
 def runs() -> None:
-    """List, show, explain, signal, retry and cancel runs."""
+    """List, show, explain, signal, retry, fork and cancel runs."""
 
 
 @command(runs, "ls")
@@ -118,6 +121,11 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         console.print(f"key: {info.key}", markup=False, highlight=False)
     if info.parent_run is not None:
         console.print(f"parent: {info.parent_run} node {info.parent_node}", markup=False)
+    if info.forked_from is not None:
+        source, node = info.forked_from
+        console.print(f"forked from: {source} at node {node}", markup=False, highlight=False)
+    for fork, node in info.forks:
+        console.print(f"fork: {fork} from node {node}", markup=False, highlight=False)
     for label, value in (("input", info.input), ("output", info.output)):
         text = json.dumps(value, default=str, indent=2)
         console.print(f"{label}: {text}", markup=False, highlight=False)
@@ -203,6 +211,45 @@ def runs_retry(ctx: click.Context, run_id: str, node: str | None) -> None:
 
     with_client(ctx, go)
     click.echo(f"retried {rid}")
+
+
+@command(runs, "fork")
+@click.argument("run_id")
+@click.option("--from", "from_node", required=True, help="The node to run again, and after.")
+@click.option("--input", "input_json", help="JSON for the fork's input (default: the run's).")
+@click.option("--key", help="Fork once per key: a retried command finds the first fork.")
+@click.option(
+    "--import",
+    "modules",
+    multiple=True,
+    required=True,
+    help="A module that defines the run's workflow (a fork runs the current definition).",
+)
+def runs_fork(
+    ctx: click.Context,
+    run_id: str,
+    from_node: str,
+    input_json: str | None,
+    key: str | None,
+    modules: tuple[str, ...],
+) -> None:
+    """Fork an ended workflow run: a new run that copies the outputs of the nodes before
+    --from and runs --from and every node after it again."""
+    rid = parse_run_id(run_id)
+    try:
+        value = None if input_json is None else json.loads(input_json)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise Failure(f"--input is not JSON ({exc}); quote it for the shell") from None
+    if os.getcwd() not in sys.path:  # as `cyclone worker` finds the app's modules
+        sys.path.insert(0, os.getcwd())
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise Failure(f"cannot import {module}: {exc}") from None
+    fork = with_client(ctx, lambda c: c.fork(rid, from_node=from_node, input=value, key=key))
+    made = "forked" if fork.created else f"key {key} had already forked"
+    click.echo(f"{made} {rid} from {from_node}: {fork.id}")
 
 
 @command(runs, "cancel")

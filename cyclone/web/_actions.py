@@ -1,10 +1,11 @@
-"""The actions: retry_all, retry(node), cancel, signal, and bulk retry/cancel.
+"""The actions: retry_all, retry(node), cancel, signal, fork, and bulk retry/cancel/fork.
 
 Each goes through the same client call as the API (``run.retry_all()``, ``run.retry(node)``,
-``run.cancel()``, ``client.signal(...)``), so a click can do nothing the API would refuse:
-the API's error is what the page shows. The app checks access and the CSRF token before any
-of these runs. A bulk action names its runs (at most ``BULK_MAX``): the confirmation page
-resolves a filter to ids and states their count, and the action touches exactly those.
+``run.cancel()``, ``client.signal(...)``, ``client.fork(...)``), so a click can do nothing the
+API would refuse: the API's error is what the page shows. The app checks access and the CSRF
+token before any of these runs. A bulk action names its runs (at most ``BULK_MAX``): the
+confirmation page resolves a filter to ids and states their count, and the action touches
+exactly those.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from cyclone._client import Client
 from cyclone._model.errors import (
     CycloneError,
     InvalidInputError,
     PayloadTooLargeError,
+    UnknownNodeError,
     UnknownQueueError,
 )
 from cyclone._model.handles import Run
@@ -34,7 +36,7 @@ from cyclone.web._render import Renderer
 from cyclone.web._security import read_form
 
 BULK_MAX = 1_000
-ACTIONS = {"retry": "Retry", "cancel": "Cancel"}
+ACTIONS = {"retry": "Retry", "cancel": "Cancel", "fork": "Fork"}
 
 
 @dataclass(slots=True)
@@ -45,6 +47,7 @@ class Outcome:
     done: list[uuid.UUID] = field(default_factory=list)
     unchanged: list[uuid.UUID] = field(default_factory=list)
     refused: list[tuple[uuid.UUID, str]] = field(default_factory=list)
+    forks: list[uuid.UUID] = field(default_factory=list)  # a fork's, one per run done
 
 
 def _one(form: dict[str, list[str]], name: str) -> str:
@@ -54,7 +57,7 @@ def _one(form: dict[str, list[str]], name: str) -> str:
 
 def _action(value: str) -> str:
     if value not in ACTIONS:
-        raise BadRequest(f"unknown bulk action {value[:32]!r}: use retry or cancel")
+        raise BadRequest(f"unknown bulk action {value[:32]!r}: use retry, cancel or fork")
     return value
 
 
@@ -155,6 +158,22 @@ class Actions:
             return await self._after(request, f"Not signalled: {exc}", error=True)
         return await self._after(request, f"Signalled {node!r}.", error=False)
 
+    async def fork(self, request: Request) -> Response:
+        """``client.fork(run, from_node=..., key=...)``, then the fork's page: the form's key
+        makes a form sent twice fork once."""
+        run_id = _filters.path_run_id(request)
+        form = await read_form(request)
+        node = _one(form, "from_node").strip()
+        if not node:
+            return await self._after(request, "Not forked: name the node.", error=True, status=400)
+        try:
+            fork = await self.client.fork(run_id, from_node=node, key=_one(form, "key") or None)
+        except (InvalidInputError, UnknownNodeError) as exc:
+            return await self._after(request, f"Not forked: {exc}", error=True, status=400)
+        except CycloneError as exc:
+            return await self._after(request, f"Not forked: {exc}", error=True)
+        return RedirectResponse(f"{request.scope.get('root_path') or ''}/runs/{fork.id}", 303)
+
     async def bulk_confirm(self, request: Request) -> Response:
         """State what a bulk action would touch: the selected runs, or the runs matching a
         filter (at most ``BULK_MAX``, newest first); the form carries their ids."""
@@ -188,10 +207,12 @@ class Actions:
             more=more,
             filters=filters,
             bulk_max=BULK_MAX,
+            fork_key=f"dashboard:{uuid.uuid4().hex}",
         )
 
     async def bulk(self, request: Request) -> Response:
-        """Retry (``retry_all``) or cancel each named run; report what each did."""
+        """Retry (``retry_all``), cancel or fork (from the form's node) each named run;
+        report what each did."""
         form = await read_form(request)
         action = _action(_one(form, "action"))
         raw = form.get("id", [])
@@ -199,11 +220,19 @@ class Actions:
             raise BadRequest("no runs named: choose runs on the runs page first")
         if len(raw) > BULK_MAX:
             raise BadRequest(f"a bulk action takes at most {BULK_MAX} runs")
+        node = _one(form, "from_node").strip()
+        if action == "fork" and not node:
+            raise BadRequest("name the node to fork the runs from")
         outcome = Outcome(action=action)
         for run_id in dict.fromkeys(_filters.run_id(i) for i in raw):
             run = Run(self.client, run_id)
             try:
-                if action == "retry":
+                if action == "fork":  # one key per run: a form sent twice forks each once
+                    key = f"{_one(form, 'key')}:{run_id}" if _one(form, "key") else None
+                    fork = await self.client.fork(run, from_node=node, key=key)
+                    outcome.done.append(run_id)
+                    outcome.forks.append(fork.id)
+                elif action == "retry":
                     await run.retry_all()
                     outcome.done.append(run_id)
                 elif await run.cancel():

@@ -95,6 +95,7 @@ def dashboard(
             Route("/runs/{run_id}/retry", action(actions.retry), methods=["POST"]),
             Route("/runs/{run_id}/cancel", action(actions.cancel), methods=["POST"]),
             Route("/runs/{run_id}/signal", action(actions.signal), methods=["POST"]),
+            Route("/runs/{run_id}/fork", action(actions.fork), methods=["POST"]),
             *(
                 Route(f"/schedules/{{name}}/{verb}", action(endpoint), methods=["POST"])
                 for verb, endpoint in actions.schedule_verbs().items()

@@ -151,4 +151,6 @@ async def run_view(client: Client, run_id: uuid.UUID) -> dict[str, Any]:
         "attempts": _views.attempts(info.nodes),
         "output_note": None if payloads is None else _views.no_output(info, payloads),
         "explanation": explanation,
+        # The key of a fork from this page: a form sent twice (a retried POST) forks once.
+        "fork_key": f"dashboard:{uuid.uuid4().hex}",
     }

@@ -105,17 +105,19 @@ class RunActions:
     retry_all: bool
     cancel: bool
     retry_nodes: frozenset[str]
+    fork: bool = False  # an ended workflow run forks from any of its nodes
 
 
 def run_actions(info: RunInfo) -> RunActions:
     """Retry for a failed run with failed nodes (one node at a time for a workflow's), cancel
-    for a pending or running one."""
+    for a pending or running one, fork for an ended workflow run."""
     failed = frozenset(n.name for n in info.nodes if n.state == ReportedNodeState.FAILED)
     retry = info.state is RunState.FAILED and bool(failed)
     return RunActions(
         retry_all=retry,
         cancel=info.state in (RunState.PENDING, RunState.RUNNING),
         retry_nodes=failed if retry and not info.job else frozenset(),
+        fork=info.state.terminal and not info.job,
     )
 
 

@@ -49,6 +49,7 @@ INDEXES = {
     "cyclone_retention_pkey",  # 0012_expiry_retention
     "idx_tasks_debounce",  # 0013_debounce
     "cyclone_throttles_pkey",
+    "idx_runs_forked",  # 0014_fork
 }
 
 

@@ -33,7 +33,13 @@ from tests.web.flows import (
     shaped,
 )
 
-ACTIONS = ["/runs/{id}/retry", "/runs/{id}/cancel", "/runs/{id}/signal", "/runs/bulk"]
+ACTIONS = [
+    "/runs/{id}/retry",
+    "/runs/{id}/cancel",
+    "/runs/{id}/signal",
+    "/runs/{id}/fork",
+    "/runs/bulk",
+]
 
 
 def assert_escaped(html: str) -> None:
@@ -260,7 +266,7 @@ async def test_bulk_actions_confirm_the_count_and_act_on_those_runs(
         over = await dash.post("/runs/bulk", {"action": "cancel", "id": too_many})
         assert over.status_code == 400 and "at most 1000 runs" in over.text
         odd = await dash.get("/runs/bulk", params={"action": "delete", "scope": "filter"})
-        assert odd.status_code == 400 and "use retry or cancel" in odd.text
+        assert odd.status_code == 400 and "use retry, cancel or fork" in odd.text
 
 
 async def test_actions_need_the_csrf_token(cyclone_env: CycloneEnv, make_dash: Make) -> None:
@@ -377,9 +383,11 @@ def test_options_are_checked(cyclone_env: CycloneEnv) -> None:
 
 
 def actions_of(html: str) -> set[str]:
-    """The run actions a page offers: retry-all, cancel, and retry-node:<node> per node."""
+    """The run actions a page offers: retry-all, cancel, retry-node:<node> and fork:<node>
+    per node."""
     found = set(re.findall(r'id="(retry-all|cancel|signal)"', html))
     found |= {f"retry-node:{n}" for n in re.findall(r'name="node" value="([^"]+)"', html)}
+    found |= {f"fork:{n}" for n in re.findall(r'name="from_node" value="([^"]+)"', html)}
     return found
 
 
@@ -406,12 +414,13 @@ async def test_actions_show_only_where_they_apply(cyclone_env: CycloneEnv, make_
                 ("waiting", waiting.id),
             ]
         }
+        forks = {"fork:web.fetch", "fork:web.charge", "fork:web.ship"}  # an ended workflow's
         assert offered == {
-            "failed": {"retry-all", "retry-node:web.charge"},
-            "completed": set(),
+            "failed": {"retry-all", "retry-node:web.charge", *forks},
+            "completed": set(),  # a job: it does not fork
             "pending": {"cancel"},
             "cancelled": set(),
-            "given up": set(),  # its node stays failed, but the run takes no retry
+            "given up": forks,  # its node stays failed, but the run takes no retry
             "waiting": {"cancel", "signal"},
         }
         # What the page hides, the endpoints still refuse, with the API's words.

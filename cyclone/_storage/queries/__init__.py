@@ -68,6 +68,7 @@ from cyclone._storage.queries.flow import (
     queue_list,
     queue_pause_set,
 )
+from cyclone._storage.queries.forks import run_fork, run_fork_links
 from cyclone._storage.queries.insert import (
     job_find_unique,
     job_insert_many,
@@ -220,6 +221,8 @@ __all__ = [
     "run_deadline_due",
     "run_edges",
     "run_fail",
+    "run_fork",
+    "run_fork_links",
     "run_get",
     "run_kind",
     "run_lock_many",
