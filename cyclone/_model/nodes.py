@@ -72,11 +72,15 @@ class Node(Generic[Out_co]):
         return Branch(self, value)
 
     @property
+    def branches_on_event(self) -> bool:
+        """Whether a branch from it compares the name of an event (a node that waits for any
+        of several events), not its output."""
+        return self.spec is not None and self.spec.get("events", {}).get("all") is False
+
+    @property
     def branch_type(self) -> Any:
-        """The type of what a branch from it compares: its output, or the event's name for
-        a node that waits for any of several events."""
-        any_of = self.spec is not None and self.spec.get("events", {}).get("all") is False
-        return str if any_of else self.output_type
+        """The type of what a branch from it compares: its output, or an event's name."""
+        return str if self.branches_on_event else self.output_type
 
     @property
     def is_map(self) -> bool:

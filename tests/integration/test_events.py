@@ -264,3 +264,46 @@ def test_the_sync_client_checks_and_delivers_events(cyclone_env: CycloneEnv) -> 
             ).fetchone()
     assert stored is not None
     assert stored[0] == {"name": "rejected", "payload": {"reason": "stock"}}
+
+
+forms = cyclone.define("ev.forms", int)
+w_forms = forms.wait_all(
+    "forms", events={"tax": str, "bank": str}, timeout=0.2, on_timeout={"bank": None}
+)
+forms.node(note, name="file", after=[w_forms], input=outcome("file"))
+
+
+async def test_all_of_at_its_timeout_keeps_the_events_that_came(cyclone_env: CycloneEnv) -> None:
+    client = cyclone_env.client
+    run = await forms.submit(client, 1)
+    await client.signal(run.id, "forms", "T-1", event="tax")
+    async with fast_worker(client, steps=[note], workflows=[forms]):
+        assert await run.wait(timeout=60) is cyclone.RunState.COMPLETED
+    assert seen == [{"tax": "T-1", "bank": None}]
+
+
+async def test_events_are_sealed_and_still_branch(cyclone_env: CycloneEnv) -> None:
+    ring = cyclone.Keyring({"k": cyclone.Keyring.generate_key()}, current="k")
+    async with cyclone.Client(cyclone_env.pool, cipher=ring) as client:
+        chosen, filed = await decision.submit(client, 1), await papers.submit(client, 1)
+        await client.signal(chosen.id, "choice", Approval("SECRET-1"), event="approved")
+        await client.signal(filed.id, "docs", "SECRET-2", event="passport")
+        await client.signal(filed.id, "docs", "SECRET-3", event="address")
+        stored = await cyclone_env.pool.fetchval(
+            "SELECT string_agg(signal::text, ' ') FROM cyclone_steps WHERE run_id = ANY($1)",
+            [chosen.id, filed.id],
+        )
+        assert "SECRET" not in stored and '"name": "approved"' in stored
+        async with fast_worker(client, steps=[note], workflows=[decision, papers]):
+            assert await chosen.wait(timeout=60) is cyclone.RunState.COMPLETED
+            assert await filed.wait(timeout=60) is cyclone.RunState.COMPLETED
+    assert sorted(map(repr, seen)) == sorted(
+        map(
+            repr,
+            [
+                cyclone_event("approved", Approval("SECRET-1")),
+                Documents(passport="SECRET-2", address="SECRET-3"),
+            ],
+        )
+    )
+    assert (await states(chosen))["ship"] == "completed"
