@@ -133,7 +133,8 @@ class Actions:
         return await self._after(request, "Run cancelled.", error=False)
 
     async def signal(self, request: Request) -> Response:
-        """``client.signal(run_id, node, payload)`` with the form's JSON payload."""
+        """``client.signal(run_id, node, payload, event=...)`` with the form's JSON payload
+        (and event, for a node waiting for events)."""
         run_id = _filters.path_run_id(request)
         form = await read_form(request)
         node = _one(form, "node").strip()
@@ -142,13 +143,14 @@ class Actions:
                 request, "Not signalled: name the wait node.", error=True, status=400
             )
         text = _one(form, "payload").strip() or "null"
+        event = _one(form, "event").strip() or None
         try:
             json.loads(text)
         except json.JSONDecodeError as exc:
             message = f'Not signalled: the payload is not JSON ({exc}); write e.g. {{"ok": true}}'
             return await self._after(request, message, error=True, status=400)
         try:  # as JSON text: checked against the node's type, which may be a Struct
-            await self.client.signal(run_id, node, msgspec.Raw(text.encode()))
+            await self.client.signal(run_id, node, msgspec.Raw(text.encode()), event=event)
         except (InvalidInputError, PayloadTooLargeError) as exc:
             return await self._after(request, f"Not signalled: {exc}", error=True, status=400)
         except CycloneError as exc:
