@@ -59,6 +59,7 @@ from cyclone._model.errors import (
     UnknownQueueError,
     UnsupportedPoolerError,
 )
+from cyclone._model.events import Event, EventNode
 from cyclone._model.explain import Explanation, LimitReached, Reason, ReasonCode
 from cyclone._model.handles import (
     NodeInfo,
@@ -116,6 +117,8 @@ __all__ = [
     "DuplicateError",
     "EnqueueManyOptions",
     "EnqueueOptions",
+    "Event",
+    "EventNode",
     "Explanation",
     "InvalidInputError",
     "InvalidKeyError",

@@ -22,19 +22,19 @@ from cyclone._enqueue.adapters import adapter_for
 from cyclone._enqueue.insert import Inserter, Parts
 from cyclone._enqueue.targets import InsertSettings
 from cyclone._enqueue.wakeups import TrackedConnection, tracked_transaction
-from cyclone._model import codec
 from cyclone._model.batches import HandlerBatchContext
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._model.context import HandlerContext
 from cyclone._model.errors import InvalidInputError
+from cyclone._model.events import Signal
 from cyclone._model.explain import Explanation
 from cyclone._model.handles import ResultRun, Run, RunPage, RunQuery, RunState
 from cyclone._model.keyring import Keyring, checked_keyring
-from cyclone._model.keys import validate_name
 from cyclone._model.options import seconds, validate_int
 from cyclone._model.retention import PURGE_BATCH, Retention, check_retention
 from cyclone._model.stats import QueueStats, Throughput, WorkerInfo
 from cyclone._model.wakeups import Wakeups
+from cyclone._model.workflows import defined_workflows
 from cyclone._services import migrator, stats
 from cyclone._services.bundle import Services
 from cyclone._services.database import Database
@@ -310,16 +310,20 @@ class Client(AsyncResource):
         )
         return await forks.fork(self, run, from_node, input, key)
 
-    async def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
-        """Complete wait node ``node`` of a run with ``payload`` as its output.
+    async def signal(
+        self, run_id: uuid.UUID, node: str, payload: Any = None, *, event: str | None = None
+    ) -> None:
+        """Complete wait node ``node`` of a run with ``payload`` as its output, or (``event``)
+        deliver that event to a node that waits for any or all of several events.
 
-        A signal for a node not yet reachable is kept and applied when it is reached.
+        A signal for a node not yet reachable is kept and applied when it is reached. When
+        this process defined the run's workflow, a payload that is not of the node's
+        declared type, or an event it does not declare, raises :class:`InvalidInputError`
+        before anything is written; elsewhere the payload is stored unchecked.
         """
-        validate_name(node, what="node")
-        encoded = codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
-        if self.cipher is not None:
-            encoded = self.cipher.seal(encoded)
-        await self.services.runs.signal(run_id, node, encoded)
+        limit, seal = self.payload_limit, None if self.cipher is None else self.cipher.seal
+        sent = Signal.of(defined_workflows(), node, payload, event, limit=limit, seal=seal)
+        await self.services.runs.signal(run_id, sent)
 
     # Read models for dashboards (cyclone.web)
 

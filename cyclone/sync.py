@@ -25,17 +25,17 @@ from cyclone._enqueue.insert import plan_jobs
 from cyclone._enqueue.sync_targets import SyncOwnStatement, caller_target
 from cyclone._enqueue.targets import DatabaseTarget, InsertSettings
 from cyclone._enqueue.wakeups import SyncTrackedConnection
-from cyclone._model import codec
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT
 from cyclone._model.errors import InvalidInputError
+from cyclone._model.events import Signal
 from cyclone._model.handles import RunInfo, RunPage, RunQuery, RunState
 from cyclone._model.keyring import Keyring, checked_keyring
-from cyclone._model.keys import validate_key, validate_name
+from cyclone._model.keys import validate_key
 from cyclone._model.options import EnqueueManyOptions, EnqueueOptions, SubmitOptions, validate_int
 from cyclone._model.results import ResultWorkflow
 from cyclone._model.steps import Kind
 from cyclone._model.wakeups import Wakeups
-from cyclone._model.workflows import Workflow
+from cyclone._model.workflows import Workflow, defined_workflows
 from cyclone._services import transitions
 from cyclone._services.notifier import queue_payload
 from cyclone._services.observe import Observers
@@ -360,15 +360,16 @@ class Client:
             query = query or RunQuery()
             return run_sync(page_on(connect(raw), self._queries, query, self.cipher))
 
-    def signal(self, run_id: uuid.UUID, node: str, payload: Any = None) -> None:
-        """Complete wait node ``node`` of a run with ``payload`` as its output."""
-        validate_name(node, what="node")
-        encoded = codec.encode(payload, Any, what="signal payload", limit=self.payload_limit)
-        if self.cipher is not None:
-            encoded = self.cipher.seal(encoded)
+    def signal(
+        self, run_id: uuid.UUID, node: str, payload: Any = None, *, event: str | None = None
+    ) -> None:
+        """Complete wait node ``node`` of a run with ``payload`` as its output, or deliver
+        ``event`` to a node waiting for events (as ``cyclone.Client.signal``)."""
+        limit, seal = self.payload_limit, None if self.cipher is None else self.cipher.seal
+        sent = Signal.of(defined_workflows(), node, payload, event, limit=limit, seal=seal)
         database = self.services.database
         with database.transaction() as conn:
-            effects = run_sync(transitions.signal(conn, self._queries, run_id, node, encoded))
+            effects = run_sync(transitions.signal(conn, self._queries, run_id, sent))
         database.publish(effects.payloads())
 
 

@@ -276,9 +276,10 @@ class DatabaseTarget:
         cipher = self.settings.cipher
         if cipher is None:
             return plan
-        if plan.shape is not None and any(cond is not None for cond in plan.shape[1]):
+        if plan.compares_outputs:
             # A branch compares its parent's stored output with its value in SQL: a sealed
-            # output never equals it, so the branch would silently never be taken.
+            # output never equals it, so the branch would silently never be taken. (A branch
+            # on an event compares the event's name, which is not sealed.)
             raise InvalidInputError(
                 f"workflow {plan.name!r} has branches (node.when(...)), which compare outputs in "
                 "the database and cannot work on sealed outputs: branch in the handler "

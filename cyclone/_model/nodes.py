@@ -46,11 +46,11 @@ Join = Literal["all", "any"]
 @dataclass(frozen=True, slots=True)
 class Node(Generic[Out_co]):
     """A node of a workflow: a step, a map node (a step run once per item of a list), or a
-    wait node (``kind is None``) completed by a signal.
+    wait node (``kind is None``) completed by a signal (or by the events in ``events``).
 
     ``Out_co`` is its output type: ``wf.node(step)`` of a ``Step[In, int]`` is a ``Node[int]``,
     which ``ctx.output(node)`` returns as an ``int``; ``wf.map(step, ...)`` of it is a
-    ``Node[list[int]]``; a wait node is a ``Node[Any]``.
+    ``Node[list[int]]``; a wait node is a ``Node`` of its payload type (``Any`` undeclared).
     """
 
     name: str
@@ -61,6 +61,7 @@ class Node(Generic[Out_co]):
     output_type: Any = Any
     spec: Mapping[str, Any] | None = None  # a map node's settings, a join of "any"
     conds: Mapping[str, str] = field(default_factory=dict)  # parent: the output (JSON) taken
+    events: Mapping[str, Any] | None = None  # a wait node's events and their payload types
 
     # The value is of the node's output type: a Node[bool] takes True or False. (A covariant
     # type in a parameter is safe here: the node only compares the value with its output.)
@@ -69,6 +70,17 @@ class Node(Generic[Out_co]):
         ``value`` of a node whose output says which way to go (``after=[check.when("refund")]``).
         A dependent node whose branch is not taken is skipped."""
         return Branch(self, value)
+
+    @property
+    def branches_on_event(self) -> bool:
+        """Whether a branch from it compares the name of an event (a node that waits for any
+        of several events), not its output."""
+        return self.spec is not None and self.spec.get("events", {}).get("all") is False
+
+    @property
+    def branch_type(self) -> Any:
+        """The type of what a branch from it compares: its output, or an event's name."""
+        return str if self.branches_on_event else self.output_type
 
     @property
     def is_map(self) -> bool:
@@ -131,7 +143,7 @@ def dependencies(
         if branch is not None:
             conds[dep_name] = codec.encode(
                 branch.value,
-                nodes[dep_name].output_type,
+                nodes[dep_name].branch_type,
                 what=f"the branch value of node {dep_name!r}",
                 limit=codec.DEFAULT_PAYLOAD_LIMIT,
             )

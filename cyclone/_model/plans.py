@@ -25,11 +25,13 @@ class Layout:
     # nodes, joins or branches; None for one without.
     shape: tuple[list[str | None], list[str | None]] | None
     root_maps: tuple[str, ...]  # map nodes to expand in the insert's transaction
+    compares_outputs: bool  # a branch compares a node's output (an event's name is plain)
 
     @classmethod
     def of(cls, nodes: Sequence[Node[Any]]) -> Layout:
         """The layout of ``nodes`` (checked, in definition order)."""
         edges = [(p, n.name) for n in nodes for p in n.after]
+        by_name = {n.name: n for n in nodes}
         shape = None
         if any(n.spec is not None or n.conds for n in nodes):
             conds = {n.name: n.conds for n in nodes}
@@ -50,6 +52,9 @@ class Layout:
             queues=sorted({n.kind.queue for n in nodes if n.kind and not n.after and not n.is_map}),
             shape=shape,
             root_maps=tuple(n.name for n in nodes if n.is_map and not n.after),
+            compares_outputs=any(
+                not by_name[parent].branches_on_event for n in nodes for parent in n.conds
+            ),
         )
 
 
@@ -69,6 +74,7 @@ class SubmitPlan:
     shape: tuple[list[str | None], list[str | None]] | None = None
     root_maps: tuple[str, ...] = ()
     parent: tuple[uuid.UUID, str] | None = None  # the run and child node submitting this one
+    compares_outputs: bool = False  # as in Layout
 
     @classmethod
     def of(
@@ -96,6 +102,7 @@ class SubmitPlan:
             shape=layout.shape,
             root_maps=layout.root_maps,
             parent=parent,
+            compares_outputs=layout.compares_outputs,
         )
 
     @property

@@ -16,8 +16,11 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast, overload
 
+import msgspec
+
 from cyclone._model.batches import refuse_node
 from cyclone._model.errors import InvalidInputError
+from cyclone._model.events import NO_DEFAULT, EventNode, wait_node
 from cyclone._model.maps import MapSettings, map_node
 from cyclone._model.nodes import (
     MAX_ITEMS,
@@ -31,7 +34,6 @@ from cyclone._model.nodes import (
     dependencies,
     join_spec,
 )
-from cyclone._model.options import seconds
 from cyclone._model.retention import Retention
 from cyclone._model.settled import Settled
 from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, Kind
@@ -41,6 +43,8 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 StepIn = TypeVar("StepIn")
 StepOut = TypeVar("StepOut")
+P = TypeVar("P")
+S = TypeVar("S", bound=msgspec.Struct)
 
 # Every workflow this process defined, for the worker's check that a step it serves is not
 # also a node of a workflow it was not given (whose nodes it would then never claim).
@@ -271,24 +275,106 @@ class Workflow(Submittable[In]):
         child = cast("Definition", workflow)
         return self._add(child_node(where, child, name, after, input, join, max_attempts))
 
+    @overload
     def wait(
         self,
         name: str,
         *,
+        payload: type[P],
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        timeout: float | None = ...,
+        on_timeout: P = ...,
+        join: Join = ...,
+    ) -> Node[P]: ...
+    @overload
+    def wait(
+        self,
+        name: str,
+        *,
+        payload: Any = ...,
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        timeout: float | None = ...,
+        on_timeout: Any = ...,
+        join: Join = ...,
+    ) -> Node[Any]: ...
+    def wait(
+        self,
+        name: str,
+        *,
+        payload: Any = Any,
         after: Sequence[Node[Any] | Branch | str] = (),
         timeout: float | None = None,
+        on_timeout: Any = NO_DEFAULT,
         join: Join = "all",
     ) -> Node[Any]:
-        """Add a wait node: it completes when ``client.signal(run_id, name, payload)`` comes.
+        """Add a wait node: it completes when ``client.signal(run_id, name, payload)`` comes,
+        the payload its output; one that is not a ``payload`` (type) is refused unwritten.
+        With ``timeout`` (seconds after it becomes reachable) it fails when no signal came,
+        or completes with output ``on_timeout`` when given. ``after`` and ``join`` are as
+        for :meth:`node`."""
+        settings = (after, timeout, join, on_timeout)
+        return self._add(wait_node(self.name, self._nodes, name, settings, payload=payload))
 
-        With ``timeout`` (seconds after it becomes reachable) it fails when no signal came.
-        ``after`` and ``join`` are as for :meth:`node`.
+    def wait_any(
+        self,
+        name: str,
+        *,
+        events: Mapping[str, Any],
+        after: Sequence[Node[Any] | Branch | str] = (),
+        timeout: float | None = None,
+        on_timeout: Any = NO_DEFAULT,
+        join: Join = "all",
+    ) -> EventNode[Any]:
+        """Add a wait node completed by the first of several events, each with its payload
+        type (``events={"approved": Approval}``), signalled as ``client.signal(run_id, name,
+        payload, event="approved")``. Its output is an :class:`Event`; a signal for another
+        event after that is refused. ``node.when("approved")`` branches on the event.
+        ``on_timeout`` completes it at its timeout with event ``"timeout"`` and that payload.
         """
-        wait_timeout = None if timeout is None else seconds(timeout, what="timeout")
-        deps, conds = dependencies(self.name, self._nodes, after)
-        return self._add(
-            Node(name, None, deps, None, wait_timeout, spec=join_spec(join, deps), conds=conds)
-        )
+        settings = (after, timeout, join, on_timeout)
+        wait = wait_node(self.name, self._nodes, name, settings, events=events)
+        return cast("EventNode[Any]", self._add(wait))
+
+    @overload
+    def wait_all(
+        self,
+        name: str,
+        *,
+        events: type[S],
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        timeout: float | None = ...,
+        on_timeout: S = ...,
+        join: Join = ...,
+    ) -> Node[S]: ...
+    @overload
+    def wait_all(
+        self,
+        name: str,
+        *,
+        events: Mapping[str, Any],
+        after: Sequence[Node[Any] | Branch | str] = ...,
+        timeout: float | None = ...,
+        on_timeout: Mapping[str, Any] = ...,
+        join: Join = ...,
+    ) -> Node[dict[str, Any]]: ...
+    def wait_all(
+        self,
+        name: str,
+        *,
+        events: Any,
+        after: Sequence[Node[Any] | Branch | str] = (),
+        timeout: float | None = None,
+        on_timeout: Any = NO_DEFAULT,
+        join: Join = "all",
+    ) -> Node[Any]:
+        """Add a wait node completed once every event came (each taken once, signalled as
+        for :meth:`wait_any`). ``events`` is a ``msgspec.Struct`` type whose fields are the
+        events (the output is one) or a dict of names to payload types (a dict by name).
+        ``on_timeout`` completes it at its timeout, with the events that came laid over it.
+        """
+        settings = (after, timeout, join, on_timeout)
+        wait = wait_node(self.name, self._nodes, name, settings, events=events, all_of=True)
+        return self._add(wait)
 
     def _add(self, node: Node[Out]) -> Node[Out]:
         check_new(self.name, self._nodes, node)

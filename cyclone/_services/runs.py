@@ -25,6 +25,7 @@ from cyclone._model.errors import (
     RunFailedError,
     RunNotFoundError,
 )
+from cyclone._model.events import Signal
 from cyclone._model.handles import (
     NodeInfo,
     NodePayloads,
@@ -237,10 +238,10 @@ class Runs:
             effects = await transitions.retry(conn, self.database.queries, run_id, node)
         self.publisher.publish(effects.payloads())
 
-    async def signal(self, run_id: uuid.UUID, node: str, encoded: str) -> None:
-        """Complete wait node ``node`` with the ``encoded`` payload as its output."""
+    async def signal(self, run_id: uuid.UUID, sent: Signal) -> None:
+        """Deliver ``sent`` to its wait node (``transitions.signal``)."""
         async with self.database.transact() as conn:
-            effects = await transitions.signal(conn, self.database.queries, run_id, node, encoded)
+            effects = await transitions.signal(conn, self.database.queries, run_id, sent)
         self.publisher.publish(effects.payloads())
 
     async def page(self, query: RunQuery) -> RunPage:

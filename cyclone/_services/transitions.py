@@ -20,11 +20,14 @@ import uuid
 import asyncpg
 
 from cyclone._model.errors import (
+    CycloneError,
     DuplicateError,
+    InvalidInputError,
     InvalidStateError,
     RunNotFoundError,
     UnknownNodeError,
 )
+from cyclone._model.events import Signal
 from cyclone._model.states import NodeState, RunState
 from cyclone._services.effects import Effects
 from cyclone._services.graph import (
@@ -129,22 +132,55 @@ async def retry(conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str | None) 
     return await end_children(conn, q, effects.merged(await release(conn, q, run_id)))
 
 
-async def signal(conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str, payload: str) -> Effects:
-    """Deliver a wait node's signal: stored always, applied at once if the node is waiting."""
+async def signal(conn: db.Conn, q: Queries, run_id: uuid.UUID, sent: Signal) -> Effects:
+    """Deliver a wait node's signal: checked against the node's declared type before any
+    write, stored always, applied at once if the node is waiting."""
+    workflow = None
+    if sent.workflows:  # a typed wait node of that name is defined here: which is the run's?
+        row = await db.run_kind(conn, q, run_id)
+        if row is None:
+            raise RunNotFoundError(run_id)
+        workflow = row["name"]
+    payload = sent.text(workflow)
     state = await lock_run(conn, q, run_id)
     if state in (RunState.COMPLETED, RunState.CANCELLED):
         raise InvalidStateError(f"run {run_id} is {state}; it takes no more signals")
-    node_state = await db.wait_signal(conn, q, run_id, node, payload)
+    node_state = await db.wait_signal(conn, q, run_id, sent.node, payload, sent.event)
     if node_state is None:
-        step = await db.node_get(conn, q, run_id, node)
-        if step is None:
-            raise UnknownNodeError(f"run {run_id} has no node {node!r}", node)
-        if step["kind"] is not None:
-            raise InvalidStateError(f"node {node!r} of run {run_id} is a step, not a wait node")
-        raise InvalidStateError(f"wait node {node!r} of run {run_id} was already signalled")
+        raise await _refused(conn, q, run_id, sent.node, sent.event)
     if node_state != NodeState.WAITING:
         return Effects()
-    return await end_children(conn, q, await finish_waits(conn, q, [run_id], [node]))
+    return await end_children(conn, q, await finish_waits(conn, q, [run_id], [sent.node]))
+
+
+async def _refused(
+    conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str, event: str | None
+) -> CycloneError:
+    """Why wait_signal stored nothing."""
+    step = await db.node_get(conn, q, run_id, node)
+    where = f"node {node!r} of run {run_id}"
+    if step is None:
+        return UnknownNodeError(f"run {run_id} has no node {node!r}", node)
+    if step["kind"] is not None:
+        return InvalidStateError(f"{where} is a step, not a wait node")
+    names = list(step["events"])
+    if not names and event is not None:
+        return InvalidInputError(f"wait {where} waits for one signal: leave event= out")
+    if names and event not in names:
+        given = "no event" if event is None else f"event {event!r}"
+        return InvalidInputError(
+            f"wait {where} waits for events {', '.join(map(repr, names))}, not {given}: "
+            f'pass one as event="..."'
+        )
+    if step["took"] is not None:
+        return InvalidStateError(
+            f"wait {where} already took event {step['took']!r}: event {event!r} is refused"
+        )
+    if step["state"] == NodeState.COMPLETED and (names or not step["signalled"]):
+        return InvalidStateError(f"wait {where} has completed: it takes no more signals")
+    if event is not None:
+        return InvalidStateError(f"event {event!r} of wait {where} already came")
+    return InvalidStateError(f"wait {where} was already signalled")
 
 
 async def fail_node_or_job(
@@ -174,10 +210,14 @@ async def fail_node_or_job(
 async def expire_wait(
     conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str, error: str
 ) -> Effects:
-    """Fail a wait node whose timeout passed, and its run."""
+    """End a wait node whose timeout passed: completed with its ``on_timeout`` (the run
+    goes on past it), else failed, and its run with it."""
     await db.run_lock_many(conn, q, [run_id])
-    if not await db.wait_expire(conn, q, run_id, node, error):
+    state = await db.wait_expire(conn, q, run_id, node, error)
+    if state is None:
         return Effects()
+    if state == NodeState.COMPLETED:
+        return await end_children(conn, q, await advance(conn, q, [run_id], [node]))
     await db.run_fail(conn, q, run_id, error, drop_running=False)
     return await end_children(conn, q, Effects.ending(run_id))
 

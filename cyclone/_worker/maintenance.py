@@ -235,7 +235,8 @@ class _Pass:
             self.effects.merge(ended)
             if ended.ended:
                 logger.warning(
-                    "wait node %r of run %s timed out without a signal: the run fails",
+                    "wait node %r of run %s timed out without a signal: the run ended (failed, "
+                    "or completed through its on_timeout)",
                     row["node"],
                     row["run_id"],
                     extra={"run_id": str(row["run_id"]), "node": row["node"], **self.log},

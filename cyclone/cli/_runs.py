@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 import click
+import msgspec
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Column
@@ -183,19 +184,26 @@ def runs_why(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.argument("run_id")
 @click.argument("node")
 @click.option("--payload", help="JSON for the wait node's output (default: null).")
-def runs_signal(ctx: click.Context, run_id: str, node: str, payload: str | None) -> None:
-    """Complete wait node NODE of a run; the payload becomes its output."""
+@click.option("--event", help="The event to deliver, for a node waiting for events.")
+def runs_signal(
+    ctx: click.Context, run_id: str, node: str, payload: str | None, event: str | None
+) -> None:
+    """Complete wait node NODE of a run; the payload becomes its output (with --event,
+    deliver that event and its payload to a node waiting for events)."""
     rid = parse_run_id(run_id)
+    text = "null" if payload is None else payload
     try:
-        value = None if payload is None else json.loads(payload)
+        json.loads(text)
     except json.JSONDecodeError as exc:
         raise Failure(
             f"--payload is not JSON ({exc}); quote it for the shell: --payload '{{\"ok\": true}}'"
         ) from None
     except RecursionError:
         raise Failure("--payload is nested too deeply to decode") from None
-    with_client(ctx, lambda c: c.signal(rid, node, value))
-    click.echo(f"signalled {node} of run {rid}")
+    # As JSON text: checked against the node's type, when this process defined it.
+    value = msgspec.Raw(text.encode())
+    with_client(ctx, lambda c: c.signal(rid, node, value, event=event))
+    click.echo(f"signalled {node if event is None else f'{event} of {node}'} of run {rid}")
 
 
 @command(runs, "retry")

@@ -15,8 +15,8 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -136,7 +136,8 @@ class Actions:
         return await self._after(request, "Run cancelled.", error=False)
 
     async def signal(self, request: Request) -> Response:
-        """``client.signal(run_id, node, payload)`` with the form's JSON payload."""
+        """``client.signal(run_id, node, payload, event=...)`` with the form's JSON payload
+        (and event, for a node waiting for events)."""
         run_id = _filters.path_run_id(request)
         form = await read_form(request)
         node = _one(form, "node").strip()
@@ -145,13 +146,14 @@ class Actions:
                 request, "Not signalled: name the wait node.", error=True, status=400
             )
         text = _one(form, "payload").strip() or "null"
+        event = _one(form, "event").strip() or None
         try:
-            payload: Any = json.loads(text)
+            json.loads(text)
         except json.JSONDecodeError as exc:
             message = f'Not signalled: the payload is not JSON ({exc}); write e.g. {{"ok": true}}'
             return await self._after(request, message, error=True, status=400)
-        try:
-            await self.client.signal(run_id, node, payload)
+        try:  # as JSON text: checked against the node's type, which may be a Struct
+            await self.client.signal(run_id, node, msgspec.Raw(text.encode()), event=event)
         except (InvalidInputError, PayloadTooLargeError) as exc:
             return await self._after(request, f"Not signalled: {exc}", error=True, status=400)
         except CycloneError as exc:

@@ -319,7 +319,7 @@ async def test_workflow_plans_read_steps_and_edges_by_key_with_stale_statistics(
         ("run_cancel", (run_ids[0],)),
         ("run_reopen", (run_ids[0], None)),
         ("wait_complete_many", (run_ids, nodes)),
-        ("wait_signal", (run_ids[0], "b", "1")),
+        ("wait_signal", (run_ids[0], "b", "1", None)),
         ("node_get", (run_ids[0], "b")),
         ("wait_expire_due", (100,)),
         ("wait_expire", (run_ids[0], "b", error)),

@@ -189,3 +189,37 @@ def mapped_children() -> None:
         cyclone.Node[list[cyclone.Settled[int]]],
     )
     shaped.map(child_flow, listed)  # type: ignore[misc]
+
+
+# Typed wait nodes: the payload type is the node's; an any-of node's output is an Event.
+class Approval(msgspec.Struct):
+    by: str
+
+
+class Papers(msgspec.Struct):
+    passport: str
+    address: str
+
+
+review = cyclone.define("review", Order)
+approved = review.wait("approval", payload=Approval)
+decided = review.wait_any("decision", events={"approved": Approval, "rejected": str})
+papers = review.wait_all("papers", events=Papers)
+labels = review.wait("labels", payload=list[str])
+
+
+def typed_waits() -> None:
+    assert_type(approved, cyclone.Node[Approval])
+    assert_type(decided, cyclone.EventNode[Any])
+    assert_type(papers, cyclone.Node[Papers])
+    assert_type(review.wait_all("forms", events={"tax": str}), cyclone.Node[dict[str, Any]])
+    review.node(label, after=[decided.when("approved")], input=lambda o, out: "north")
+    review.map(label, labels)
+
+
+async def typed_signal(client: cyclone.Client, ctx: cyclone.Context) -> None:
+    await client.signal(ctx.run_id, "decision", Approval("ops"), event="approved")
+    event = await ctx.output(decided)
+    assert_type(event, cyclone.Event[Any])
+    assert_type(event.name, str)
+    assert_type(await ctx.output(approved), Approval)

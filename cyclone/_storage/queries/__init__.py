@@ -149,17 +149,15 @@ from cyclone._storage.queries.schema import (
     migrations_apply,
 )
 from cyclone._storage.queries.server import server_backend_pid, server_statement_exists
+from cyclone._storage.queries.waits import node_get, wait_complete_many, wait_signal
 from cyclone._storage.queries.workflow import (
     map_expand,
     map_settle,
     node_advance,
-    node_get,
     run_fail,
     run_lock_many,
     run_release,
     run_reopen,
-    wait_complete_many,
-    wait_signal,
 )
 
 __all__ = [

@@ -84,10 +84,15 @@ async def wait_expire_due(conn: Conn, q: Queries, limit: int) -> list[Record]:
     return await fetch(conn, q, "wait_expire_due", limit=limit)
 
 
-async def wait_expire(conn: Conn, q: Queries, run_id: uuid.UUID, node: str, error: str) -> bool:
-    """Fail a wait node past its timeout; whether it was still waiting."""
-    failed = await fetchval(conn, q, "wait_expire", run_id=run_id, node=node, error=error)
-    return failed is not None
+async def wait_expire(
+    conn: Conn, q: Queries, run_id: uuid.UUID, node: str, error: str
+) -> str | None:
+    """End a wait node past its timeout (completed by its ``on_timeout``, else failed); its
+    new state, or None if it was no longer waiting."""
+    state: str | None = await fetchval(
+        conn, q, "wait_expire", run_id=run_id, node=node, error=error
+    )
+    return state
 
 
 async def run_deadline_due(conn: Conn, q: Queries, limit: int) -> list[Record]:

@@ -1,5 +1,5 @@
-"""Advancing workflow runs (``sql/workflow.sql``): the run lock, releasing children, wait
-nodes and signals, failing and re-opening a run."""
+"""Advancing workflow runs (``sql/workflow.sql``): the run lock, releasing children, map
+nodes, failing and re-opening a run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 
 from cyclone._storage.loader import Queries
-from cyclone._storage.queries.conn import Conn, Record, execute, fetch, fetchrow, fetchval
+from cyclone._storage.queries.conn import Conn, Record, execute, fetch, fetchrow
 
 
 async def run_lock_many(
@@ -49,28 +49,6 @@ async def map_settle(
 ) -> list[Record]:
     """Count settled item nodes down on their map nodes, releasing the next items."""
     return await fetch(conn, q, "map_settle", run_ids=run_ids, nodes=nodes)
-
-
-async def wait_complete_many(
-    conn: Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
-) -> list[Record]:
-    """Complete signalled, reachable wait nodes."""
-    return await fetch(conn, q, "wait_complete_many", run_ids=run_ids, nodes=nodes)
-
-
-async def wait_signal(
-    conn: Conn, q: Queries, run_id: uuid.UUID, node: str, payload: str
-) -> str | None:
-    """Store a wait node's signal; the node's state, or None if nothing was stored."""
-    state: str | None = await fetchval(
-        conn, q, "wait_signal", run_id=run_id, node=node, payload=payload
-    )
-    return state
-
-
-async def node_get(conn: Conn, q: Queries, run_id: uuid.UUID, node: str) -> Record | None:
-    """A node's kind and whether it was signalled."""
-    return await fetchrow(conn, q, "node_get", run_id=run_id, node=node)
 
 
 async def run_release(conn: Conn, q: Queries, run_id: uuid.UUID) -> list[Record]:

@@ -170,11 +170,19 @@ WHERE state = 'waiting' AND wait_until IS NOT NULL AND wait_until <= __now__
 ORDER BY wait_until LIMIT :limit;
 
 -- name: wait_expire(run_id, node, error)
--- Fail one wait node whose timeout passed (its run locked by the caller).
+-- End one wait node whose timeout passed (its run locked by the caller): completed with its
+-- spec's on_timeout as output (a node waiting for all of its events: the events that came
+-- laid over it), else failed. Returns its new state.
 UPDATE __schema__.cyclone_steps
-SET state = 'failed', errors = errors || :error::jsonb, wait_until = NULL, finished_at = __now__
+SET state = CASE WHEN spec ? 'on_timeout' THEN 'completed' ELSE 'failed' END,
+    output = CASE WHEN (spec->'events'->>'all')::bool
+                       AND jsonb_typeof(spec->'on_timeout') = 'object'
+                  THEN spec->'on_timeout' || coalesce(signal, '{}'::jsonb)
+                  ELSE spec->'on_timeout' END,
+    errors = CASE WHEN spec ? 'on_timeout' THEN errors ELSE errors || :error::jsonb END,
+    wait_until = NULL, finished_at = __now__
 WHERE run_id = :run_id AND node = :node AND state = 'waiting' AND wait_until <= __now__
-RETURNING run_id;
+RETURNING state;
 
 -- name: run_deadline_due(limit)
 SELECT id, job FROM __schema__.cyclone_runs

@@ -1,7 +1,7 @@
 -- Advancing workflow runs. A transition of a run decides on the run's state, so it first
 -- locks the run rows (run_lock_many, in a statement of its own), then touches tasks and
 -- steps: a completed node counts its children down and releases those left with none
--- (their tasks queued in the same transaction); wait nodes complete by their signal; a run
+-- (their tasks queued in the same transaction), wait nodes waiting (waits.sql); a run
 -- fails (parking what it has not started) or re-opens.
 
 -- name: run_lock_many(run_ids)
@@ -64,7 +64,10 @@ WITH done AS (
         CROSS JOIN LATERAL (
             SELECT e.run_id, e.child,
                    NOT d.skipped AND (e.cond IS NULL OR e.cond = (
-                       SELECT p.output FROM __schema__.cyclone_steps p
+                       -- a wait node for any of several events: the event's name
+                       SELECT CASE WHEN NOT (p.spec->'events'->>'all')::bool
+                                   THEN p.output->'name' ELSE p.output END
+                       FROM __schema__.cyclone_steps p
                        WHERE p.run_id = d.run_id AND p.node = d.node)) AS taken
             FROM __schema__.cyclone_edges e
             WHERE e.run_id = d.run_id AND e.parent = d.node
@@ -274,37 +277,6 @@ SELECT 'queue' AS what, queue AS value, NULL::uuid AS run_id, NULL::text AS node
 FROM (SELECT DISTINCT queue FROM freed WHERE state = 'queued') q
 UNION ALL
 SELECT 'completed', NULL, run_id, node FROM counted WHERE state = 'completed';
-
--- name: wait_complete_many(run_ids, nodes)
--- Signalled wait nodes complete with their signal as output. Each node by key, one look-up
--- per node (OFFSET 0, as in node_advance): as a join, statistics that knew of no waiting
--- node made a batch of 300 a hash join over a scan of every step in the history.
-WITH signalled AS (
-    SELECT s.run_id, s.node
-    FROM unnest(:run_ids::uuid[], :nodes::text[]) AS w (run_id, node)
-    CROSS JOIN LATERAL (
-        SELECT s.run_id, s.node FROM __schema__.cyclone_steps s
-        WHERE s.run_id = w.run_id AND s.node = w.node AND s.state = 'waiting'
-          AND s.signal IS NOT NULL
-        OFFSET 0
-    ) s
-)
-UPDATE __schema__.cyclone_steps s
-SET state = 'completed', output = s.signal, wait_until = NULL, finished_at = __now__
-FROM signalled w
-WHERE s.run_id = w.run_id AND s.node = w.node  -- and the guard again, for the row it writes
-  AND s.state = 'waiting' AND s.signal IS NOT NULL
-RETURNING s.run_id, s.node;
-
--- name: wait_signal(run_id, node, payload)
--- Store a wait node's signal; the caller holds the run's lock. Returns the node's state.
-UPDATE __schema__.cyclone_steps SET signal = :payload::jsonb
-WHERE run_id = :run_id AND node = :node AND kind IS NULL AND signal IS NULL
-RETURNING state;
-
--- name: node_get(run_id, node)
-SELECT kind, signal IS NOT NULL AS signalled FROM __schema__.cyclone_steps
-WHERE run_id = :run_id AND node = :node;
 
 -- name: run_release(run_id)
 -- Release the nodes of an open run (locked by the caller) whose dependencies are all done,
