@@ -148,6 +148,7 @@ from cyclone._storage.queries.schema import (
     migrations_apply,
 )
 from cyclone._storage.queries.server import server_backend_pid, server_statement_exists
+from cyclone._storage.queries.sleep import sleep_wake_many
 from cyclone._storage.queries.workflow import (
     map_expand,
     map_settle,
@@ -255,6 +256,7 @@ __all__ = [
     "sequence_lock",
     "server_backend_pid",
     "server_statement_exists",
+    "sleep_wake_many",
     "stats_queues",
     "stats_unserved",
     "step_sealed_pick",
