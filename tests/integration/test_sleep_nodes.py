@@ -14,6 +14,7 @@ import pytest
 
 import cyclone
 from cyclone._services.effects import SCHEDULES_WAKEUP
+from cyclone._worker import maintenance
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.process import cli
 from tests.conftest import Probe, QueueWakeups, fast_worker, queue_wakeups
@@ -228,3 +229,41 @@ def test_a_bad_sleep_node_is_refused_at_definition(options: dict[str, Any], mess
     with pytest.raises(cyclone.InvalidInputError, match=message):
         wf.sleep("nap", **options)
     assert not wf.nodes
+
+
+async def test_a_sleep_node_works_with_sealed_payloads(cyclone_env: CycloneEnv) -> None:
+    """With a keyring, the outputs the until= function reads are sealed, and the wake time
+    (no secret) is stored plain: the completion reads it in SQL."""
+    keyring = cyclone.Keyring({"k": bytes(range(32))}, current="k")
+    async with cyclone.Client(cyclone_env.pool, cipher=keyring) as client:
+        run = await computed.submit(client, 2)
+        async with fast_worker(client, workflows=[computed]):
+            assert await run.result(timeout=60) == 3
+        found = await outputs(run)
+    first_done = dt.datetime.fromisoformat(found["sleepy.first"])
+    assert dt.datetime.fromisoformat(found["nap"]) == first_done + dt.timedelta(seconds=0.2)
+    sealed = await cyclone_env.pool.fetchval(
+        "SELECT output::text FROM cyclone_steps WHERE node = 'sleepy.first'"
+    )
+    assert "$cyclone.sealed" in sealed
+
+
+async def test_timers_racing_to_wake_a_node_wake_it_once(cyclone_env: CycloneEnv) -> None:
+    """Every worker's timer wakes due sleep nodes: two passes at once lock the run in turn,
+    and the second finds the node awake already."""
+    client = cyclone_env.client
+    async with queue_wakeups(client) as seen:
+        run = await long_nap.submit(client, 5)
+        async with fast_worker(client, workflows=[long_nap]):
+            await asleep(seen)
+            await cyclone_env.pool.execute(  # its hour has passed
+                "UPDATE cyclone_steps SET wait_until = now() - interval '1 second'"
+                " WHERE node = 'nap'"
+            )
+            await asyncio.gather(
+                *(maintenance.expire_overdue(client.services, worker_id=w) for w in "ab")
+            )
+            assert await run.result(timeout=60) == 6
+    nap = {n.name: n for n in (await run.info()).nodes}["nap"]
+    assert (nap.state, nap.attempts) == ("completed", 1)
+    assert probe.calls == ["sleepy.first", "sleepy.last"]
