@@ -49,6 +49,8 @@ class ReasonCode(enum.StrEnum):
     WAITING_FOR_SIGNAL = "waiting_for_signal"
     """A wait node waiting, ``since`` then, for ``client.signal(run_id, node, payload)``;
     ``until`` is its timeout."""
+    SLEEPING = "sleeping"
+    """A sleep node sleeping until ``until``, its wake time; it holds no worker slot."""
     WAITING_ON_CHILD_RUN = "waiting_on_child_run"
     """A child node whose child run (``child_run``) has not ended."""
     WAITING_ON_ITEMS = "waiting_on_items"

@@ -43,10 +43,11 @@ _TERMINAL = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, 
 class NodeInfo:
     """One node (step, wait, map, map item or child) of a run.
 
-    ``state`` is one of pending, available, scheduled, running, waiting, completed, failed,
-    cancelled, skipped. ``errors`` holds every failed attempt's error, oldest first. An item
-    node of a map node has ``map_of`` (the map node's name) and ``item`` (its index); a
-    child node has ``child_run``, the run it submitted last.
+    ``state`` is one of pending, available, scheduled, running, waiting, sleeping, completed,
+    failed, cancelled, skipped. ``errors`` holds every failed attempt's error, oldest first.
+    An item node of a map node has ``map_of`` (the map node's name) and ``item`` (its index);
+    a child node has ``child_run``, the run it submitted last; a sleep node that is sleeping
+    has ``wake_at``, its wake time.
     """
 
     name: str
@@ -57,6 +58,7 @@ class NodeInfo:
     map_of: str | None = None
     item: int | None = None
     child_run: uuid.UUID | None = None
+    wake_at: dt.datetime | None = None
 
 
 def items_done(nodes: Sequence[NodeInfo]) -> dict[str, tuple[int, int]]:

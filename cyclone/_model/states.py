@@ -12,10 +12,11 @@ CHECK constraints):
 
 A fourth vocabulary, :class:`ReportedNodeState`, is what ``run.info()`` reports for a node:
 the node's stored state, with a queued node's live task telling available, scheduled or
-running. :data:`TRANSITIONS` lists every write of a state column (an insert is a transition
-from nothing, a delete one to nothing), the named statement in ``sql/`` that makes it, the
-condition under which the statement makes it, and who calls that statement;
-``tests/unit/test_states.py`` checks it against the SQL, and docs/architecture.md shows it.
+running, and a waiting sleep node reported as sleeping. :data:`TRANSITIONS` lists every
+write of a state column (an insert is a transition from nothing, a delete one to nothing),
+the named statement in ``sql/`` that makes it, the condition under which the statement makes
+it, and who calls that statement; ``tests/unit/test_states.py`` checks it against the SQL,
+and docs/architecture.md shows it.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class ReportedNodeState(enum.StrEnum):
     SCHEDULED = "scheduled"  # available later: a retry's delay, or a run_at in the future
     RUNNING = "running"
     WAITING = "waiting"
+    SLEEPING = "sleeping"  # a sleep node until its wake time (``NodeInfo.wake_at``)
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -215,7 +217,10 @@ TRANSITIONS: tuple[Transition, ...] = (
         "completer, maintenance"),
     *_t(Table.NODES, N.QUEUED, N.COMPLETED, "node_complete_many", _FENCED, "completer"),
     *_t(Table.NODES, N.QUEUED, N.WAITING, "node_complete_many",
-        f"a child node, whose attempt submitted its child run; {_FENCED}", "completer"),
+        f"a child node, whose attempt submitted its child run, or a sleep node, asleep until "
+        f"the wake time its attempt gave; {_FENCED}", "completer"),
+    *_t(Table.NODES, N.WAITING, N.COMPLETED, "sleep_wake_many",
+        "a sleep node whose wake time has come (runs locked)", "completer, maintenance"),
     *_t(Table.NODES, N.WAITING, N.COMPLETED, "child_settle",
         "a child node whose child run completed (runs locked)",
         "completer, maintenance, cancel, signal, retry"),

@@ -1,5 +1,5 @@
-"""DAG workflows: the definition, adding step, map, child and wait nodes (pure); the nodes
-and their checks are in ``nodes``.
+"""DAG workflows: the definition, adding step, map, child, wait and sleep nodes (pure); the
+nodes and their checks are in ``nodes`` (sleep nodes: ``sleeps``).
 
 What the rest of Cyclone uses of a defined workflow (its nodes for workers, the plan of a
 submit, the submit calls) is :class:`~cyclone._model.submission.Submittable`, the base of
@@ -12,6 +12,7 @@ it keeps the graph it was submitted with when a later deploy changes the definit
 
 from __future__ import annotations
 
+import datetime as dt
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast, overload
@@ -36,6 +37,7 @@ from cyclone._model.nodes import (
 )
 from cyclone._model.retention import Retention
 from cyclone._model.settled import Settled
+from cyclone._model.sleeps import WakeTime, sleep_node
 from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, Kind
 from cyclone._model.submission import Resulting, Submittable
 
@@ -375,6 +377,25 @@ class Workflow(Submittable[In]):
         settings = (after, timeout, join, on_timeout)
         wait = wait_node(self.name, self._nodes, name, settings, events=events, all_of=True)
         return self._add(wait)
+
+    def sleep(
+        self,
+        name: str,
+        *,
+        after: Sequence[Node[Any] | Branch | str] = (),
+        join: Join = "all",
+        sleep: dt.timedelta | float | None = None,
+        until: dt.datetime | WakeTime | None = None,
+    ) -> Node[dt.datetime]:
+        """Add a sleep node: it completes at its wake time, holding no worker slot meanwhile,
+        with the wake time as its output.
+
+        Give one of ``sleep`` (a timedelta or seconds from when the node starts) or
+        ``until``: an aware datetime, or a function ``(workflow_input, outputs)`` returning
+        one, called once when the node is reached. A wake time already past completes the
+        node at once. ``after`` and ``join`` are as for :meth:`node`.
+        """
+        return self._add(sleep_node((self.name, self._nodes), name, after, join, sleep, until))
 
     def _add(self, node: Node[Out]) -> Node[Out]:
         check_new(self.name, self._nodes, node)

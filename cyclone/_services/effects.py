@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 
 from cyclone._services.notifier import queue_payload, run_payloads
 
+# The wakeup of every worker's timer (a schedule changed, a node went to sleep). Not a valid
+# queue name, so no worker's producer mistakes it for its queue's.
+SCHEDULES_WAKEUP = "@schedules"
+
 
 @dataclass(slots=True)
 class Effects:

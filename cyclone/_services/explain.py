@@ -13,6 +13,7 @@ from cyclone._model.errors import RunNotFoundError
 from cyclone._model.explain import Explanation, LimitReached, Reason, ReasonCode
 from cyclone._model.handles import RunState
 from cyclone._model.keyring import Keyring, shown
+from cyclone._model.sleeps import SleepStep
 from cyclone._model.stats import WorkerInfo
 from cyclone._services.database import Database
 from cyclone._storage import queries as db
@@ -116,6 +117,13 @@ def _waiting(row: db.Record) -> Reason:
             items_left=left,
         )
     until = row["wait_until"]
+    if row["kind"] is not None and row["kind"].startswith(SleepStep.PREFIX):
+        return Reason(
+            node,
+            ReasonCode.SLEEPING,
+            f"Sleeping until {_at(until)}; then it completes and the nodes after it run.",
+            until=until,
+        )
     timeout = f"; without one it fails at {_at(until)}" if until is not None else ""
     return Reason(
         node,

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cyclone._services.effects import Effects
+from cyclone._services.effects import SCHEDULES_WAKEUP, Effects
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
 
@@ -133,17 +133,33 @@ async def advance_completed(
     conn: db.Conn, q: Queries, rows: Sequence[db.Record], children: Sequence[uuid.UUID] = ()
 ) -> Effects:
     """Advance past nodes that ``node_complete_many`` completed (``rows``: run_id, node,
-    map_of, child): an item node settles on its map node, a child node waits for its child
-    run (of ``children``, the runs the caller submitted for them: settled at once if one
-    already ended), any other node releases its children."""
-    nodes, items = _Done(), _Done()
+    map_of, child, sleep): an item node settles on its map node, a child node waits for its
+    child run (of ``children``, the runs the caller submitted for them: settled at once if
+    one already ended), a sleep node sleeps (woken at once if its wake time has passed), any
+    other node releases its children."""
+    nodes, items, sleeping = _Done(), _Done(), _Done()
     for r in rows:
-        if not r["child"]:
+        if r["sleep"]:
+            sleeping.add(r["run_id"], r["node"], skipped=False)
+        elif not r["child"]:
             (nodes if r["map_of"] is None else items).add(r["run_id"], r["node"], skipped=False)
     effects = await advance(conn, q, nodes.run_ids, nodes.nodes)
     if items.run_ids:
         effects.merge(await settle_items(conn, q, items.run_ids, items.nodes))
+    if sleeping.run_ids:
+        # After commit, every worker's timer reads the new wake times, to fire them on time.
+        effects.queues.add(SCHEDULES_WAKEUP)
+        effects.merge(await wake_sleeps(conn, q, sleeping.run_ids, sleeping.nodes))
     return await end_children(conn, q, effects, also=children)
+
+
+async def wake_sleeps(
+    conn: db.Conn, q: Queries, run_ids: Sequence[uuid.UUID], nodes: Sequence[str]
+) -> Effects:
+    """Complete the sleep nodes among ``nodes`` whose wake time has come, and advance past
+    them (runs locked by the caller)."""
+    woken = await db.sleep_wake_many(conn, q, run_ids, nodes)
+    return await advance(conn, q, [r["run_id"] for r in woken], [r["node"] for r in woken])
 
 
 async def finish_waits(

@@ -198,6 +198,7 @@ class Runs:
                 map_of=n["map_of"],
                 item=n["item"],
                 child_run=n["child_run"],
+                wake_at=n["wake_at"],
             )
             for n in nodes
         )

@@ -16,12 +16,10 @@ from cyclone._model.keyring import Keyring
 from cyclone._model.schedules import Schedule, slot_key, trigger_key, validate_name
 from cyclone._model.timing import Timing
 from cyclone._services.database import Database
+from cyclone._services.effects import SCHEDULES_WAKEUP
 from cyclone._services.notifier import queue_payload
 from cyclone._services.publisher import Publisher
 from cyclone._storage import queries as db
-
-# Not a valid queue name, so no worker's producer mistakes this wakeup for its queue's.
-SCHEDULES_WAKEUP = "@schedules"
 
 
 def stored_timing(row: db.Record) -> Timing:

@@ -1,5 +1,6 @@
 """The transitions callers start, each inside one transaction: cancel, retry and signal a
-run, fail the last attempt of a job or node, expire a wait node's timeout or a run's deadline.
+run, fail the last attempt of a job or node, expire a wait node's timeout or a run's deadline,
+wake a sleep node.
 
 Every function here runs on a connection already in a transaction. Workflow transitions take
 the run lock first (``run_lock_many``), so the statements after it see the run's current state
@@ -39,6 +40,7 @@ from cyclone._services.graph import (
     finish_waits,
     release,
     settle_items,
+    wake_sleeps,
 )
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
@@ -57,6 +59,7 @@ __all__ = [
     "lock_run",
     "retry",
     "signal",
+    "wake_sleep",
 ]
 
 
@@ -234,3 +237,10 @@ async def expire_deadline(
         return Effects()
     await db.run_fail(conn, q, run_id, error, drop_running=True)
     return await end_children(conn, q, Effects.ending(run_id))
+
+
+async def wake_sleep(conn: db.Conn, q: Queries, run_id: uuid.UUID, node: str) -> Effects:
+    """Complete a sleep node whose wake time has come, and advance past it: a run still
+    pending releases the nodes after it; a failed one keeps them for a retry."""
+    await db.run_lock_many(conn, q, [run_id])
+    return await end_children(conn, q, await wake_sleeps(conn, q, [run_id], [node]))

@@ -30,6 +30,7 @@ from cyclone._model import codec
 from cyclone._model.context import HandlerContext, HandlerScope, Snooze
 from cyclone._model.errors import InvalidInputError, KeyringError
 from cyclone._model.keyring import Keyring, reveal
+from cyclone._model.sleeps import SleepStep
 from cyclone._model.steps import Step
 from cyclone._services.database import Database
 from cyclone._services.observe import Observers
@@ -146,14 +147,14 @@ class Executor:
                     # What is left is writing the outcome, which the lease keeper and
                     # hurry() must not cancel (the write itself may delete the task).
                     self._leases.finishing(claimed)
-            output = self.sealed(
-                codec.encode(
-                    result,
-                    step.output_type,
-                    what=f"output of step {step.name!r}",
-                    limit=self._output_limit,
-                )
+            output = codec.encode(
+                result,
+                step.output_type,
+                what=f"output of step {step.name!r}",
+                limit=self._output_limit,
             )
+            if not isinstance(step, SleepStep):  # a wake time stays plain: SQL reads it
+                output = self.sealed(output)
         except Snooze as snooze:
             await completion.rollback()
             return Snoozed(claimed, snooze.delay)

@@ -2,14 +2,15 @@
 
 Each pass reclaims tasks whose lease expired (their worker died or stalled) or whose
 worker's liveness session ended (presence.py), fails such last attempts, runs past their
-deadline and wait nodes past their timeout, ends the jobs not started by their expiry and
-purges old terminal runs: with the client's ``retention`` those of every name without one of
-its own (the names in ``cyclone_retention``), and those of the kinds and workflows this
-worker defines with one of their own by their own ages. Each pass records those names'
-retentions there first, so a worker that does not know a name leaves it alone. The rescue
-probe runs the reclaiming part at once when it sees a worker lost. Every step is safe to
-run from many workers at once: each statement locks what it changes, skips what another
-holds, and re-checks its condition under the lock.
+deadline and wait nodes past their timeout, wakes sleep nodes whose wake time came, ends the
+jobs not started by their expiry and purges old terminal runs: with the client's
+``retention`` those of every name without one of its own (the names in
+``cyclone_retention``), and those of the kinds and workflows this worker defines with one of
+their own by their own ages. Each pass records those names' retentions there first, so a
+worker that does not know a name leaves it alone. The rescue probe runs the reclaiming part
+at once when it sees a worker lost. Every step is safe to run from many workers at once:
+each statement locks what it changes, skips what another holds, and re-checks its condition
+under the lock.
 """
 
 from __future__ import annotations
@@ -119,8 +120,9 @@ async def rescue(
 
 
 async def expire_overdue(services: Services, *, worker_id: str, limit: int = 100) -> None:
-    """Fail the runs past their deadline and the wait nodes past their timeout, now: the
-    scheduler's timer calls this when the first of them is due, between maintenance passes."""
+    """Fail the runs past their deadline and the wait nodes past their timeout, and wake
+    the sleep nodes whose wake time came, now: the scheduler's timer calls this when the
+    first of them is due, between maintenance passes."""
     effects = transitions.Effects()
     log = {"worker": worker_id}
     try:
@@ -209,8 +211,8 @@ class _Pass:
             )
 
     async def expire_overdue(self) -> None:
-        """Fail the runs past their deadline and the wait nodes past their timeout; end the
-        jobs not started by their expiry."""
+        """Fail the runs past their deadline and the wait nodes past their timeout; wake the
+        sleep nodes whose wake time came; end the jobs not started by their expiry."""
         conn, q = self.conn, self.services.database.queries
         await self.expire_jobs()
         for row in await db.run_deadline_due(conn, q, self.limit):
@@ -227,6 +229,12 @@ class _Pass:
                     extra={"run_id": str(row["id"]), **self.log},
                 )
         for row in await db.wait_expire_due(conn, q, self.limit):
+            if row["sleep"]:  # a sleep node's wake time came: it completes
+                async with self.services.database.transaction(conn):
+                    self.effects.merge(
+                        await transitions.wake_sleep(conn, q, row["run_id"], row["node"])
+                    )
+                continue
             error = codec.encode_plain(
                 {"type": "WaitTimeout", "message": f"wait node {row['node']!r} timed out"}
             )

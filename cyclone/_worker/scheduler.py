@@ -1,6 +1,6 @@
-"""The scheduler: each worker's timer that fires schedules, run deadlines and wait timeouts
-on time (``client.schedules``, which stores and changes schedules at run time, is
-:mod:`cyclone._services.schedules`).
+"""The scheduler: each worker's timer that fires schedules, run deadlines, wait timeouts and
+sleep nodes' wake times on time (``client.schedules``, which stores and changes schedules at
+run time, is :mod:`cyclone._services.schedules`).
 
 No leader: every worker's timer sleeps until the first due slot (by the database's clock),
 then runs a firing pass (:mod:`cyclone._worker.firing`): one transaction that locks the due rows it
@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from cyclone._model.schedules import Schedule, check_unique
 from cyclone._model.steps import Kind
+from cyclone._services.effects import SCHEDULES_WAKEUP
 from cyclone._services.loops import jittered, wait_woken
-from cyclone._services.schedules import SCHEDULES_WAKEUP, definition
+from cyclone._services.schedules import definition
 from cyclone._storage import queries as db
 from cyclone._worker import maintenance
 from cyclone._worker.firing import Firing

@@ -138,7 +138,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         listing.add(
             n.name,
             n.kind or "(wait)",
-            n.state,
+            n.state if n.wake_at is None else f"{n.state} until {n.wake_at:%F %T %Z}",
             str(n.attempts),
             f"{last['type']}: {last['message']}" if last else "",
         )

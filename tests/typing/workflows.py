@@ -45,6 +45,7 @@ reserved = checkout.node(reserve)
 charged = checkout.node(charge, after=[reserved])
 labelled = checkout.node(label, after=[reserved], input=to_warehouse)
 waited = checkout.wait("approved", after=[charged], timeout=60.0)
+cooled = checkout.sleep("cool", after=[charged], sleep=dt.timedelta(minutes=5))
 checkout.set_result(charged)
 
 plain = cyclone.define("plain", Order)
@@ -61,6 +62,7 @@ def nodes() -> None:
     assert_type(charged, cyclone.Node[int])
     assert_type(labelled, cyclone.Node[bytes])
     assert_type(waited, cyclone.Node[Any])
+    assert_type(cooled, cyclone.Node[dt.datetime])
     assert_type(checkout.get_node("order.charge"), cyclone.Node[Any] | None)
     assert_type(cyclone.define_result("r", Order, int | None), cyclone.ResultWorkflow[Any, Any])
 
@@ -68,6 +70,7 @@ def nodes() -> None:
 def wrong_nodes() -> None:
     checkout.set_result(reserved)  # type: ignore[arg-type]
     checkout.node(label)  # type: ignore[arg-type]
+    checkout.sleep("later", until="tomorrow")  # type: ignore[arg-type]
     checkout.node(charge, input=to_warehouse)  # type: ignore[arg-type]
     checkout.node(charge, after=[1])  # type: ignore[list-item]
 

@@ -149,6 +149,7 @@ from cyclone._storage.queries.schema import (
     migrations_apply,
 )
 from cyclone._storage.queries.server import server_backend_pid, server_statement_exists
+from cyclone._storage.queries.sleep import sleep_wake_many
 from cyclone._storage.queries.waits import node_get, wait_complete_many, wait_signal
 from cyclone._storage.queries.workflow import (
     map_expand,
@@ -256,6 +257,7 @@ __all__ = [
     "sequence_lock",
     "server_backend_pid",
     "server_statement_exists",
+    "sleep_wake_many",
     "stats_queues",
     "stats_unserved",
     "step_sealed_pick",

@@ -64,19 +64,27 @@ WHERE NOT EXISTS (SELECT 1 FROM __schema__.cyclone_runs r WHERE r.id = i.id);
 -- Completed attempts of workflow nodes (runs locked by the caller): fenced as above. An item
 -- node says its map node (the caller settles it there rather than advancing past it). A
 -- child node waits for the end of the child run that the caller submits next, in this
--- transaction, from the attempt's output (the child's input).
+-- transaction, from the attempt's output (the child's input). A sleep node sleeps until the
+-- wake time its attempt output (JSON null: its spec's seconds from now); the caller wakes it
+-- at once when that time has passed.
 /* fragment: fenced_completions */
     RETURNING t.id, t.claims, t.run_id, t.node, t.attempt, t.errors, f.output
 )
 UPDATE __schema__.cyclone_steps s
-SET state = CASE WHEN s.spec ? 'child' THEN 'waiting' ELSE 'completed' END,
-    output = CASE WHEN s.spec ? 'child' THEN NULL ELSE d.output::jsonb END,
+SET state = CASE WHEN s.spec ? 'child' OR s.spec ? 'sleep' THEN 'waiting'
+                 ELSE 'completed' END,
+    output = CASE WHEN s.spec ? 'child' OR s.spec ? 'sleep' THEN NULL
+                  ELSE d.output::jsonb END,
+    wait_until = CASE WHEN s.spec ? 'sleep' THEN coalesce(
+        (d.output::jsonb #>> '{}')::timestamptz,
+        __now__ + make_interval(secs => (s.spec->'sleep'->>'seconds')::float8)) END,
     attempts = d.attempt, errors = d.errors,
-    finished_at = CASE WHEN s.spec ? 'child' THEN NULL ELSE __now__ END,
+    finished_at = CASE WHEN s.spec ? 'child' OR s.spec ? 'sleep' THEN NULL ELSE __now__ END,
     completed_task = d.id, completed_claims = d.claims
 FROM done d
 WHERE s.run_id = d.run_id AND s.node = d.node
-RETURNING d.id, d.claims, s.run_id, s.node, s.map_of, s.spec ? 'child' AS child;
+RETURNING d.id, d.claims, s.run_id, s.node, s.map_of, s.spec ? 'child' AS child,
+          s.spec ? 'sleep' AS sleep;
 
 -- name: attempts_completed(run_ids, nodes, ids, claims)
 -- Which of these attempts (run, node or NULL for a job, task id, claim count) completed

@@ -164,8 +164,9 @@ CROSS JOIN LATERAL (
 ) t;
 
 -- name: wait_expire_due(limit)
--- Wait nodes whose timeout passed.
-SELECT run_id, node FROM __schema__.cyclone_steps
+-- Wait nodes whose timeout passed, and sleep nodes whose wake time came (:sleep; the caller
+-- wakes them, sleep.sql).
+SELECT run_id, node, spec ? 'sleep' AS sleep FROM __schema__.cyclone_steps
 WHERE state = 'waiting' AND wait_until IS NOT NULL AND wait_until <= __now__
 ORDER BY wait_until LIMIT :limit;
 

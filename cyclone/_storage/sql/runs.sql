@@ -45,15 +45,18 @@ WHERE r.id = :run_id;
 
 -- name: run_nodes(run_id)
 -- Each node's state, by node name, a map node's items after it in item order: a queued
--- node's live task tells available, scheduled or running.
+-- node's live task tells available, scheduled or running; a waiting sleep node is sleeping
+-- until its wake_at.
 SELECT * FROM (
     SELECT s.node, s.kind, s.map_of, s.item, s.child_run,
-        CASE WHEN s.state <> 'queued' THEN s.state
+        CASE WHEN s.state = 'waiting' AND s.spec ? 'sleep' THEN 'sleeping'
+             WHEN s.state <> 'queued' THEN s.state
              WHEN t.state = 'running' THEN 'running'
              WHEN t.available_at > __now__ THEN 'scheduled'
              ELSE 'available' END AS state,
         coalesce(t.attempt, s.attempts) AS attempts,
-        coalesce(t.errors, s.errors)::text AS errors
+        coalesce(t.errors, s.errors)::text AS errors,
+        CASE WHEN s.spec ? 'sleep' THEN s.wait_until END AS wake_at
     FROM __schema__.cyclone_steps s
     LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = s.run_id AND t.node = s.node
     WHERE s.run_id = :run_id
@@ -64,7 +67,8 @@ SELECT * FROM (
              WHEN t.available_at > __now__ THEN 'scheduled'
              WHEN t.id IS NOT NULL THEN 'available'
              ELSE r.state END,
-        coalesce(t.attempt, r.attempts), coalesce(t.errors, r.errors)::text
+        coalesce(t.attempt, r.attempts), coalesce(t.errors, r.errors)::text,
+        NULL::timestamptz
     FROM __schema__.cyclone_runs r
     LEFT JOIN __schema__.cyclone_tasks t ON t.run_id = r.id
     WHERE r.id = :run_id AND r.job
