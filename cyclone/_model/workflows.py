@@ -1,5 +1,5 @@
-"""DAG workflows: the definition, adding step, map, child, wait and sleep nodes (pure); the
-nodes and their checks are in ``nodes`` (sleep nodes: ``sleeps``).
+"""DAG workflows: the definition, adding step, map and child nodes (pure; wait, event and
+sleep nodes: ``waiting``); the nodes and their checks are in ``nodes``.
 
 What the rest of Cyclone uses of a defined workflow (its nodes for workers, the plan of a
 submit, the submit calls) is :class:`~cyclone._model.submission.Submittable`, the base of
@@ -12,7 +12,6 @@ it keeps the graph it was submitted with when a later deploy changes the definit
 
 from __future__ import annotations
 
-import datetime as dt
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast, overload
@@ -21,7 +20,6 @@ import msgspec
 
 from cyclone._model.batches import refuse_node
 from cyclone._model.errors import InvalidInputError
-from cyclone._model.events import NO_DEFAULT, EventNode, wait_node
 from cyclone._model.maps import MapSettings, map_node
 from cyclone._model.nodes import (
     MAX_ITEMS,
@@ -30,16 +28,15 @@ from cyclone._model.nodes import (
     Join,
     Node,
     check_input,
-    check_new,
     child_node,
     dependencies,
     join_spec,
 )
 from cyclone._model.retention import Retention
 from cyclone._model.settled import Settled
-from cyclone._model.sleeps import WakeTime, sleep_node
 from cyclone._model.steps import DEFAULT_MAX_ATTEMPTS, Kind
 from cyclone._model.submission import Resulting, Submittable
+from cyclone._model.waiting import WaitingNodes
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -58,7 +55,7 @@ def defined_workflows() -> list[Workflow[Any]]:
     return sorted(_DEFINED, key=lambda wf: wf.name)
 
 
-class Workflow(Submittable[In]):
+class Workflow(Submittable[In], WaitingNodes):
     """A named DAG of steps; every ``submit`` makes a new run, ``submit_once`` one per key."""
 
     def __init__(self, name: str, input_type: Any, *, retention: Retention | None = None) -> None:
@@ -276,132 +273,6 @@ class Workflow(Submittable[In]):
         where = (self.name, self._nodes, self.input_type)
         child = cast("Definition", workflow)
         return self._add(child_node(where, child, name, after, input, join, max_attempts))
-
-    @overload
-    def wait(
-        self,
-        name: str,
-        *,
-        payload: type[P],
-        after: Sequence[Node[Any] | Branch | str] = ...,
-        timeout: float | None = ...,
-        on_timeout: P = ...,
-        join: Join = ...,
-    ) -> Node[P]: ...
-    @overload
-    def wait(
-        self,
-        name: str,
-        *,
-        payload: Any = ...,
-        after: Sequence[Node[Any] | Branch | str] = ...,
-        timeout: float | None = ...,
-        on_timeout: Any = ...,
-        join: Join = ...,
-    ) -> Node[Any]: ...
-    def wait(
-        self,
-        name: str,
-        *,
-        payload: Any = Any,
-        after: Sequence[Node[Any] | Branch | str] = (),
-        timeout: float | None = None,
-        on_timeout: Any = NO_DEFAULT,
-        join: Join = "all",
-    ) -> Node[Any]:
-        """Add a wait node: it completes when ``client.signal(run_id, name, payload)`` comes,
-        the payload its output; one that is not a ``payload`` (type) is refused unwritten.
-        With ``timeout`` (seconds after it becomes reachable) it fails when no signal came,
-        or completes with output ``on_timeout`` when given. ``after`` and ``join`` are as
-        for :meth:`node`."""
-        settings = (after, timeout, join, on_timeout)
-        return self._add(wait_node(self.name, self._nodes, name, settings, payload=payload))
-
-    def wait_any(
-        self,
-        name: str,
-        *,
-        events: Mapping[str, Any],
-        after: Sequence[Node[Any] | Branch | str] = (),
-        timeout: float | None = None,
-        on_timeout: Any = NO_DEFAULT,
-        join: Join = "all",
-    ) -> EventNode[Any]:
-        """Add a wait node completed by the first of several events, each with its payload
-        type (``events={"approved": Approval}``), signalled as ``client.signal(run_id, name,
-        payload, event="approved")``. Its output is an :class:`Event`; a signal for another
-        event after that is refused. ``node.when("approved")`` branches on the event.
-        ``on_timeout`` completes it at its timeout with event ``"timeout"`` and that payload.
-        """
-        settings = (after, timeout, join, on_timeout)
-        wait = wait_node(self.name, self._nodes, name, settings, events=events)
-        return cast("EventNode[Any]", self._add(wait))
-
-    @overload
-    def wait_all(
-        self,
-        name: str,
-        *,
-        events: type[S],
-        after: Sequence[Node[Any] | Branch | str] = ...,
-        timeout: float | None = ...,
-        on_timeout: S = ...,
-        join: Join = ...,
-    ) -> Node[S]: ...
-    @overload
-    def wait_all(
-        self,
-        name: str,
-        *,
-        events: Mapping[str, Any],
-        after: Sequence[Node[Any] | Branch | str] = ...,
-        timeout: float | None = ...,
-        on_timeout: Mapping[str, Any] = ...,
-        join: Join = ...,
-    ) -> Node[dict[str, Any]]: ...
-    def wait_all(
-        self,
-        name: str,
-        *,
-        events: Any,
-        after: Sequence[Node[Any] | Branch | str] = (),
-        timeout: float | None = None,
-        on_timeout: Any = NO_DEFAULT,
-        join: Join = "all",
-    ) -> Node[Any]:
-        """Add a wait node completed once every event came (each taken once, signalled as
-        for :meth:`wait_any`). ``events`` is a ``msgspec.Struct`` type whose fields are the
-        events (the output is one) or a dict of names to payload types (a dict by name).
-        ``on_timeout`` completes it at its timeout, with the events that came laid over it.
-        """
-        settings = (after, timeout, join, on_timeout)
-        wait = wait_node(self.name, self._nodes, name, settings, events=events, all_of=True)
-        return self._add(wait)
-
-    def sleep(
-        self,
-        name: str,
-        *,
-        after: Sequence[Node[Any] | Branch | str] = (),
-        join: Join = "all",
-        sleep: dt.timedelta | float | None = None,
-        until: dt.datetime | WakeTime | None = None,
-    ) -> Node[dt.datetime]:
-        """Add a sleep node: it completes at its wake time, holding no worker slot meanwhile,
-        with the wake time as its output.
-
-        Give one of ``sleep`` (a timedelta or seconds from when the node starts) or
-        ``until``: an aware datetime, or a function ``(workflow_input, outputs)`` returning
-        one, called once when the node is reached. A wake time already past completes the
-        node at once. ``after`` and ``join`` are as for :meth:`node`.
-        """
-        return self._add(sleep_node((self.name, self._nodes), name, after, join, sleep, until))
-
-    def _add(self, node: Node[Out]) -> Node[Out]:
-        check_new(self.name, self._nodes, node)
-        self._nodes[node.name] = node
-        self._layout = None
-        return node
 
     # What workers need
 
