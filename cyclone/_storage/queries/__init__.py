@@ -148,6 +148,12 @@ from cyclone._storage.queries.schema import (
     migrations_apply,
 )
 from cyclone._storage.queries.server import server_backend_pid, server_statement_exists
+from cyclone._storage.queries.streams import (
+    progress_get,
+    progress_set,
+    stream_append,
+    stream_read,
+)
 from cyclone._storage.queries.workflow import (
     map_expand,
     map_settle,
@@ -209,6 +215,8 @@ __all__ = [
     "node_explain",
     "node_get",
     "node_payloads",
+    "progress_get",
+    "progress_set",
     "queue_known",
     "queue_limits_set",
     "queue_list",
@@ -259,6 +267,8 @@ __all__ = [
     "stats_unserved",
     "step_sealed_pick",
     "step_sealed_write",
+    "stream_append",
+    "stream_read",
     "task_claim",
     "task_claim_plain",
     "task_expired_exhausted",
