@@ -85,6 +85,7 @@ from cyclone._model.schedules import (
 from cyclone._model.settled import Settled
 from cyclone._model.stats import QueueStats, Throughput, UnservedWork, WorkerInfo
 from cyclone._model.steps import Kind, Step, action, register_kind, step
+from cyclone._model.streams import StreamItem
 from cyclone._model.wakeups import Wakeups
 from cyclone._model.workflows import Workflow
 from cyclone._services.keys import Keys
@@ -176,6 +177,7 @@ __all__ = [
     "Snooze",
     "StateError",
     "Step",
+    "StreamItem",
     "SubmitConflictError",
     "SubmitOptions",
     "Throttle",

@@ -48,6 +48,7 @@ from cyclone._services.queues import Queues
 from cyclone._services.resource import AsyncResource
 from cyclone._services.runs import Runs, search_args
 from cyclone._services.schedules import Schedules
+from cyclone._services.streams import Streams
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
 
@@ -112,15 +113,17 @@ class Client(AsyncResource):
             database, self._channel, coalesce=self.notify_coalesce, notifier=notifier
         )
         runs = Runs(database, publisher, notifier, cipher)
+        streams = Streams(database, publisher, notifier, cipher)
         settings = InsertSettings(self._queries, self.payload_limit, self.observers, cipher)
         self.services = Services(
             database=database,
             publisher=publisher,
             notifier=notifier,
             runs=runs,
+            streams=streams,
             observers=self.observers,
             inserter=Inserter(Parts(settings, database, publisher, owner=self)),
-            new_context=functools.partial(Context, self),
+            new_context=functools.partial(Context, self, streams=streams),
             new_batch_context=functools.partial(BatchContext, self),
         )
         """The parts this client is made of, as Cyclone's own workers, handles and

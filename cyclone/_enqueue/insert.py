@@ -43,6 +43,7 @@ from cyclone._model.handles import ResultRun, Run, RunsClient, RunService
 from cyclone._model.ids import uuid7_many
 from cyclone._model.options import EnqueueOptions, check_options
 from cyclone._model.results import ResultWorkflow
+from cyclone._model.streams import StreamReader
 from cyclone._model.workflows import Workflow
 from cyclone._services.database import Database
 from cyclone._services.publisher import Publisher
@@ -213,6 +214,7 @@ class _Unwritten:
 
 class _RecordedParts:
     runs = cast("RunService", _Unwritten())
+    streams = cast("StreamReader", _Unwritten())
 
 
 class _Recorded:

@@ -15,6 +15,7 @@ import msgspec
 
 from cyclone._model import codec
 from cyclone._model.errors import ContextError, UnknownNodeError
+from cyclone._model.streams import VALUE_LIMIT, Reporter, StreamWriter
 
 if TYPE_CHECKING:
     import asyncpg
@@ -128,6 +129,7 @@ class HandlerContext(Generic[C]):
         output_types: dict[str, Any] | None = None,
         completion: Completion | None = None,
         scope: HandlerScope | None = None,
+        streams: StreamWriter | None = None,
     ) -> None:
         self.client = client
         self.run_id = attempt.run_id
@@ -140,6 +142,8 @@ class HandlerContext(Generic[C]):
         self._output_types = output_types or {}
         self._completion = completion
         self._scope = scope or HandlerScope()
+        self._streams = streams
+        self._reporter: Reporter | None = None
 
     def __repr__(self) -> str:
         return f"<cyclone.Context run={self.run_id} node={self.node!r} attempt={self.attempt}>"
@@ -203,3 +207,47 @@ class HandlerContext(Generic[C]):
         if isinstance(raw, msgspec.Raw):  # as claimed from the database: decode as declared
             return codec.decode(bytes(raw), self._output_types.get(name, Any))
         return raw
+
+    async def report(self, value: Any) -> None:
+        """Report this node's progress: a JSON value (a number, a fraction, a small dict).
+
+        The latest report wins (``run.progress()`` reads it). Writes are throttled to a few
+        a second per attempt; a report made sooner is written when the interval passes or
+        when the handler returns, whichever comes first. Each write is a short statement of
+        its own, outside the completion transaction: it shows while the handler runs and
+        stays when the attempt fails.
+        """
+        self._check("report()")
+        encoded = codec.encode(value, Any, what="a progress report", limit=VALUE_LIMIT)
+        if self._reporter is None:
+            streams, attempt, node = self._writer(), self.attempt, self.node or self.kind
+            run_id = self.run_id
+            self._reporter = Reporter(
+                lambda text: streams.report(run_id, node, attempt, text), streams.report_interval
+            )
+        await self._reporter.report(encoded)
+
+    async def stream(self, item: Any) -> int:
+        """Append ``item`` (a JSON value) to the run's stream; its offset.
+
+        Once this returns the item is durable, whatever happens to the attempt: a retry
+        streams on after it, its items marked with its attempt. Written in a statement of
+        its own, outside the completion transaction. :class:`InvalidStateError` when the
+        run has ended (its stream is closed).
+        """
+        self._check("stream()")
+        encoded = codec.encode(item, Any, what="a stream item", limit=VALUE_LIMIT)
+        return await self._writer().append(
+            self.run_id, self.node or self.kind, self.attempt, encoded
+        )
+
+    def _writer(self) -> StreamWriter:
+        if self._streams is None:
+            raise ContextError("this context has no stream to write to")
+        return self._streams
+
+    # Internal, for the worker once the handler returned (no docstring, so the reference
+    # leaves it out): the last progress report, if one waits, is written now.
+    async def settle_reports(self) -> None:
+        if self._reporter is not None:
+            await self._reporter.settle()

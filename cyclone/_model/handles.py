@@ -10,9 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, overload
+
+from cyclone._model.options import validate_int
+from cyclone._model.streams import StreamItem, StreamReader
 
 Out = TypeVar("Out")
 # A handle only gives its output out: a ResultRun[bool] is a ResultRun[int].
@@ -202,6 +205,11 @@ class RunServices(Protocol):
         """Run reads and actions."""
         ...
 
+    @property
+    def streams(self) -> StreamReader:
+        """Progress and stream reads."""
+        ...
+
 
 class RunsClient(Protocol):
     """What a handle is given as ``client``: a :class:`cyclone.Client`, whose runs service
@@ -217,10 +225,11 @@ class Run:
     """A handle on one run. ``created``: whether the call that gave it wrote the run (False:
     a debounced or throttled enqueue, or ``submit_once``, named a run that existed)."""
 
-    __slots__ = ("_runs", "created", "id")
+    __slots__ = ("_runs", "_streams", "created", "id")
 
     def __init__(self, client: RunsClient, run_id: uuid.UUID, *, created: bool = False) -> None:
         self._runs: RunService = client.services.runs
+        self._streams: StreamReader = client.services.streams
         self.id = run_id
         self.created = created
 
@@ -275,6 +284,23 @@ class Run:
         no such node, :class:`InvalidStateError` if it has not failed.
         """
         await self._runs.retry(self.id, node)
+
+    async def progress(self) -> dict[str, Any]:
+        """The latest progress each node reported (``ctx.report``), by node name (a job's
+        under its kind), decoded as plain JSON; nodes that never reported are left out."""
+        return await self._streams.progress(self.id)
+
+    def stream(
+        self, after: int = 0, *, node: str | None = None
+    ) -> AsyncGenerator[StreamItem, None]:
+        """The run's stream items (``ctx.stream``) past offset ``after``, in order, as they
+        are written, ending when the run ends (after every item written before its end).
+
+        Use it with ``async for``. To resume, pass the offset of the last item handled: no
+        item is missed or repeated. ``node`` keeps one node's items (offsets stay the run's).
+        """
+        validate_int(after, what="after", low=0, high=2**63 - 1)
+        return self._streams.items(self.id, after, node)
 
 
 class ResultRun(Run, Generic[Out_co]):

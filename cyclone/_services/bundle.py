@@ -19,6 +19,7 @@ from cyclone._services.notifier import Notifier
 from cyclone._services.observe import Observers
 from cyclone._services.publisher import Publisher
 from cyclone._services.runs import Runs
+from cyclone._services.streams import Streams
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +28,8 @@ class Services:
 
     ``database``: connections and Cyclone's own transactions; ``publisher``: wakeups;
     ``notifier``: this process's LISTEN connection, None with ``notify=False``; ``runs``:
-    run reads and actions; ``observers``: metrics and traces; ``inserter``: the insert path
+    run reads and actions; ``streams``: progress and stream items; ``observers``: metrics
+    and traces; ``inserter``: the insert path
     that ``step.enqueue`` and ``workflow.submit`` hand their calls to; ``new_context``: makes
     the context a worker's handler gets (its ``ctx.client`` is the client);
     ``new_batch_context``: the same for a batch handler.
@@ -37,6 +39,7 @@ class Services:
     publisher: Publisher
     notifier: Notifier | None
     runs: Runs
+    streams: Streams
     observers: Observers
     inserter: Inserter
     new_context: Callable[..., HandlerContext[Any]]  # (attempt, **fields)

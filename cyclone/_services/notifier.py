@@ -30,6 +30,7 @@ logger = logging.getLogger("cyclone")
 
 QUEUE_PREFIX = "q:"
 RUN_PREFIX = "r:"
+STREAM_PREFIX = "s:"
 
 
 def queue_payload(queue: str) -> str:
@@ -48,6 +49,11 @@ def run_payloads(run_ids: Iterable[uuid.UUID]) -> list[str]:
         RUN_PREFIX + ",".join(ids[i : i + _RUNS_PER_PAYLOAD])
         for i in range(0, len(ids), _RUNS_PER_PAYLOAD)
     ]
+
+
+def stream_payload(run_id: uuid.UUID) -> str:
+    """The payload that wakes readers of a run's stream and progress."""
+    return STREAM_PREFIX + str(run_id)
 
 
 async def connect_like(pool: asyncpg.Pool) -> asyncpg.Connection:
@@ -97,8 +103,8 @@ class Notifier:
         return lambda: self._queue_subscribers.remove(callback)
 
     def subscribe_all(self, callback: Callable[[str], None]) -> Callable[[], None]:
-        """Call ``callback(payload)`` on every notification, and with ``""`` after a reconnect
-        (for live views); returns an unsubscribe function."""
+        """Call ``callback(payload)`` on every notification but a run stream's, and with
+        ``""`` after a reconnect (for live views); returns an unsubscribe function."""
         self._all_subscribers.append(callback)
         return lambda: self._all_subscribers.remove(callback)
 
@@ -123,6 +129,21 @@ class Notifier:
             waiters.discard(event)
             if not waiters:
                 del self._run_waiters[str(run_id)]
+
+    def watch_stream(self, run_id: uuid.UUID) -> asyncio.Event:
+        """An event set when the run's stream or progress is written, or the run ends."""
+        event = self.watch_run(run_id)
+        self._run_waiters.setdefault(stream_payload(run_id), set()).add(event)
+        return event
+
+    def unwatch_stream(self, run_id: uuid.UUID, event: asyncio.Event) -> None:
+        """Stop watching (always pair with :meth:`watch_stream`)."""
+        self.unwatch_run(run_id, event)
+        waiters = self._run_waiters.get(stream_payload(run_id))
+        if waiters is not None:
+            waiters.discard(event)
+            if not waiters:
+                del self._run_waiters[stream_payload(run_id)]
 
     def acquire(self) -> None:
         """Start listening if nobody else has; pair with :meth:`release`."""
@@ -167,6 +188,10 @@ class Notifier:
         return count > 0
 
     def _dispatch(self, payload: str) -> None:
+        if payload.startswith(STREAM_PREFIX):  # many, and only for the run's own readers
+            for event in self._run_waiters.get(payload, ()):
+                event.set()
+            return
         for every in list(self._all_subscribers):
             every(payload)
         if payload.startswith(QUEUE_PREFIX):

@@ -147,6 +147,7 @@ class Executor:
                     # What is left is writing the outcome, which the lease keeper and
                     # hurry() must not cancel (the write itself may delete the task).
                     self._leases.finishing(claimed)
+            await ctx.settle_reports()  # the last progress lands before the outcome
             output = codec.encode(
                 result,
                 step.output_type,

@@ -1,7 +1,8 @@
 """Test helpers: handler contexts without a database, throwaway PostgreSQL servers, and a
 pytest plugin with isolated databases.
 
-:func:`new_context` and :class:`TxRecorder` unit-test a handler as a plain coroutine.
+:func:`new_context`, :class:`TxRecorder` and :class:`StreamRecorder` unit-test a handler as a
+plain coroutine.
 
 The pytest plugin lives in :mod:`cyclone.testing.plugin` (registered as the ``cyclone`` entry
 point): it gives each test a fresh database cloned from a migrated template, on one server per
@@ -18,7 +19,13 @@ from cyclone.testing._postgres import (
     describe,
     postgres_server,
 )
-from cyclone.testing._recorder import RecordedEnqueue, RecordedQuery, RecordedSubmit, TxRecorder
+from cyclone.testing._recorder import (
+    RecordedEnqueue,
+    RecordedQuery,
+    RecordedSubmit,
+    StreamRecorder,
+    TxRecorder,
+)
 
 __all__ = [
     "PostgresServer",
@@ -26,6 +33,7 @@ __all__ = [
     "RecordedEnqueue",
     "RecordedQuery",
     "RecordedSubmit",
+    "StreamRecorder",
     "TxRecorder",
     "describe",
     "new_context",

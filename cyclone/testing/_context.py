@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cyclone._client import Client, Context
-from cyclone.testing._recorder import TxRecorder
+from cyclone.testing._recorder import StreamRecorder, TxRecorder
 
 
 def new_context(
@@ -22,6 +22,7 @@ def new_context(
     kind: str = "test",
     queue: str = "default",
     client: Client | None = None,
+    stream: StreamRecorder | None = None,
 ) -> Context:
     """A :class:`cyclone.Context` for calling a handler directly in a unit test.
 
@@ -29,7 +30,9 @@ def new_context(
     Give a :class:`TxRecorder` as ``completion_tx`` to see what the handler wrote and
     enqueued in its completion transaction; without one, ``ctx.completion_tx()`` raises
     :class:`cyclone.ContextError`. ``client`` may stay None when the handler only enqueues
-    through the recorder.
+    through the recorder. Give a :class:`StreamRecorder` as ``stream`` to see what the
+    handler streamed and reported; without one, ``ctx.stream()`` and ``ctx.report()`` raise
+    :class:`cyclone.ContextError`.
     """
     run = _TestAttempt(run_id or uuid.uuid4(), node, kind, attempt, max_attempts, queue)
     return Context(
@@ -37,6 +40,7 @@ def new_context(
         run,
         outputs=dict(outputs or {}),
         completion=completion_tx,
+        streams=stream,
     )
 
 

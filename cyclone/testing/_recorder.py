@@ -10,6 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from cyclone._enqueue.targets import JobPlan, Target
 from cyclone._model.ids import uuid7
 from cyclone._model.options import Options
@@ -124,3 +126,25 @@ class Recording:
             RecordedSubmit(plan.name, plan.input, plan.options, run_id, plan.key)
         )
         return run_id, True
+
+
+class StreamRecorder:
+    """Stands in for a run's stream and progress in a unit test
+    (``new_context(stream=recorder)``): ``items`` holds each value the handler streamed, in
+    order, and ``reports`` each progress value it reported (none throttled), both decoded
+    as plain JSON."""
+
+    report_interval = 0.0
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.reports: list[Any] = []
+
+    async def append(self, run_id: uuid.UUID, node: str, attempt: int, item: str) -> int:
+        """Record a streamed item; its offset (1 for the first)."""
+        self.items.append(msgspec.json.decode(item))
+        return len(self.items)
+
+    async def report(self, run_id: uuid.UUID, node: str, attempt: int, value: str) -> None:
+        """Record a progress report."""
+        self.reports.append(msgspec.json.decode(value))

@@ -14,7 +14,7 @@ from starlette.staticfiles import StaticFiles
 
 from cyclone._client import Client
 from cyclone._model.errors import InvalidInputError, InvalidOptionError, RunNotFoundError
-from cyclone.web import _live
+from cyclone.web import _live, _stream
 from cyclone.web._actions import Actions
 from cyclone.web._filters import BadRequest
 from cyclone.web._pages import PAGE_SIZE, Pages
@@ -80,6 +80,9 @@ def dashboard(
     async def events(request: Request) -> Response:
         return _live.events(client)
 
+    async def run_stream(request: Request) -> Response:
+        return await _stream.events(client, request)
+
     routes: list[BaseRoute] = [
         Route("/", page(pages.overview)),
         Route("/overview/live", page(pages.overview_live)),
@@ -106,6 +109,7 @@ def dashboard(
     routes += [
         Route("/runs/{run_id}", page(pages.run)),
         Route("/runs/{run_id}/live", page(pages.run_live)),
+        Route("/runs/{run_id}/stream", page(run_stream)),
         Route("/events", page(events)),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]

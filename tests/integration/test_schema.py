@@ -21,6 +21,8 @@ TABLES = {
     "cyclone_key_starts",
     "cyclone_retention",  # 0012_expiry_retention
     "cyclone_throttles",  # 0013_debounce
+    "cyclone_streams",  # 0017_streams
+    "cyclone_progress",
 }
 INDEXES = {
     "cyclone_runs_pkey",
@@ -50,6 +52,8 @@ INDEXES = {
     "idx_tasks_debounce",  # 0013_debounce
     "cyclone_throttles_pkey",
     "idx_runs_forked",  # 0014_fork
+    "cyclone_streams_pkey",  # 0017_streams
+    "cyclone_progress_pkey",
 }
 
 

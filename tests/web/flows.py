@@ -1,6 +1,6 @@
 """Steps and workflows the dashboard's tests run: a pipeline whose middle node fails while
 ``FAILING`` is set (with a hostile error message), a wait, a step that runs until cancelled,
-a map node and a skipped branch, a child workflow."""
+a map node and a skipped branch, a child workflow, a step that streams and reports progress."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import cyclone
 HOSTILE = '<script>document.title="pwned"</script><b>bold</b>'
 """Text that would run or render as markup if the dashboard did not escape it."""
 FAILING = {"charge": True}
+PROGRESS_GATE: dict[str, asyncio.Event] = {}
+"""The event ``web.progress`` waits for, made on the worker's loop by the test."""
 
 
 @cyclone.step("web.fetch", queue="web")
@@ -41,6 +43,16 @@ async def forever(ctx: cyclone.Context, value: Any) -> None:
     await asyncio.Event().wait()  # until the run is cancelled
 
 
+@cyclone.step("web.progress", queue="web")
+async def progressing(ctx: cyclone.Context, lines: int) -> int:
+    for i in range(lines):
+        await ctx.stream({"line": i})
+    await ctx.report({"done": 1, "total": 2})
+    await PROGRESS_GATE["gate"].wait()
+    await ctx.report(1.0)
+    return lines
+
+
 pipeline = cyclone.define_result("web.pipeline", dict[str, Any], str)
 n_fetch = pipeline.node(fetch)
 n_charge = pipeline.node(charge, after=[n_fetch])
@@ -63,5 +75,5 @@ kid.node(echo, name="x")
 parented = cyclone.define("web.parented", Any)
 parented.child(kid, name="k")
 
-STEPS = [fetch, charge, ship, echo, forever]
+STEPS = [fetch, charge, ship, echo, forever, progressing]
 WORKFLOWS = [pipeline, approval, shaped, parented]

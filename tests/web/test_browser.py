@@ -31,12 +31,14 @@ from cyclone.testing.plugin import TEST_WORKER_OPTIONS, DatabaseFactory
 from tests.web.flows import (
     FAILING,
     HOSTILE,
+    PROGRESS_GATE,
     STEPS,
     WORKFLOWS,
     approval,
     echo,
     forever,
     pipeline,
+    progressing,
 )
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -237,6 +239,31 @@ def test_operator_walkthrough(served: Served, browser: WebDriver, shots: Path) -
     # A run id that does not exist: the 404 page.
     browser.get(f"{served.url}/runs/{uuid.uuid4()}")
     assert "not found" in text_of(browser, "#message")
+
+
+async def _new_gate() -> asyncio.Event:
+    return asyncio.Event()  # made on the served loop, where the step waits for it
+
+
+def test_a_running_steps_progress_bar_and_stream(
+    served: Served, browser: WebDriver, shots: Path
+) -> None:
+    gate = PROGRESS_GATE["gate"] = served.call(_new_gate())
+    run = served.call(progressing.enqueue(served.client, 3))
+    browser.get(f"{served.url}/runs/{run.id}")
+    bar = '#progress-bars .bar[data-node="web.progress"]'
+    wait_text(browser, f"{bar} .value", "50%")
+    assert browser.find_element(By.CSS_SELECTOR, f"{bar} progress").get_property("value") == 0.5
+    wait_text(browser, '#stream-items li[data-offset="3"]', '{"line":2}')
+    lines = browser.find_elements(By.CSS_SELECTOR, "#stream-items li")
+    assert [li.get_attribute("data-offset") for li in lines] == ["1", "2", "3"]
+    wait_text(browser, "#stream-status", "live")
+    browser.save_screenshot(str(shots / "run-progress.png"))
+    served.loop.call_soon_threadsafe(gate.set)
+    wait_text(browser, f"{bar} .value", "100%")  # the last report, without a reload
+    wait_text(browser, "#stream-status", "run ended")
+    wait_text(browser, "#run-state", "completed")
+    assert browser.find_element(By.CSS_SELECTOR, f"{bar} progress").get_property("value") == 1
 
 
 ROW_MAX_PX = 32

@@ -150,6 +150,12 @@ from cyclone._storage.queries.schema import (
 )
 from cyclone._storage.queries.server import server_backend_pid, server_statement_exists
 from cyclone._storage.queries.sleep import sleep_wake_many
+from cyclone._storage.queries.streams import (
+    progress_get,
+    progress_set,
+    stream_append,
+    stream_read,
+)
 from cyclone._storage.queries.waits import node_get, wait_complete_many, wait_signal
 from cyclone._storage.queries.workflow import (
     map_expand,
@@ -209,6 +215,8 @@ __all__ = [
     "node_explain",
     "node_get",
     "node_payloads",
+    "progress_get",
+    "progress_set",
     "queue_known",
     "queue_limits_set",
     "queue_list",
@@ -262,6 +270,8 @@ __all__ = [
     "stats_unserved",
     "step_sealed_pick",
     "step_sealed_write",
+    "stream_append",
+    "stream_read",
     "task_claim",
     "task_claim_plain",
     "task_expired_exhausted",
