@@ -35,7 +35,10 @@ async def fill(pool: asyncpg.Pool, runs: int) -> None:
     """``runs`` jobs across three queues, ended as a real history would be: most completed,
     some failed with an error, the newest still pending."""
     client = cyclone.Client(pool)
-    await pool.execute("TRUNCATE cyclone_runs, cyclone_steps, cyclone_edges, cyclone_tasks")
+    await pool.execute(
+        "TRUNCATE cyclone_runs, cyclone_steps, cyclone_edges, cyclone_tasks, cyclone_streams,"
+        " cyclone_progress"
+    )
     for lo in range(0, runs, 5_000):
         queue = QUEUES[lo // 5_000 % len(QUEUES)]
         await page_job.enqueue_many(client, list(range(lo, min(runs, lo + 5_000))), queue=queue)

@@ -113,8 +113,10 @@ async def _drain(pool: asyncpg.Pool, q: Queries, claim: str, jobs: int) -> float
 
 
 async def _fill(client: cyclone.Client, jobs: int, tenants: int, backlog: int = 0) -> None:
+    schema = client._queries.schema
     await client.pool.execute(
-        f"TRUNCATE {client._queries.schema}.cyclone_runs, {client._queries.schema}.cyclone_tasks"
+        f"TRUNCATE {schema}.cyclone_runs, {schema}.cyclone_tasks, {schema}.cyclone_streams,"
+        f" {schema}.cyclone_progress"
     )
     for start in range(0, backlog, 10_000):  # claimable, but behind the drained jobs
         batch = list(range(start, min(backlog, start + 10_000)))

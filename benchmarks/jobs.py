@@ -45,5 +45,8 @@ def noop_sync(ctx: cyclone.Context, i: int) -> None:
 
 async def truncate(pool: asyncpg.Pool) -> None:
     """Empty Cyclone's tables and refresh every table's statistics."""
-    await pool.execute("TRUNCATE cyclone_runs, cyclone_steps, cyclone_edges, cyclone_tasks")
+    await pool.execute(
+        "TRUNCATE cyclone_runs, cyclone_steps, cyclone_edges, cyclone_tasks, cyclone_streams,"
+        " cyclone_progress"
+    )
     await pool.execute("VACUUM ANALYZE")
