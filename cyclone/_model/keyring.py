@@ -201,6 +201,11 @@ def is_sealed(text: str) -> bool:
     return _MARKER_TEXT in text
 
 
+def sealed(keyring: Keyring | None, text: str) -> str:
+    """``text`` (encoded JSON) as it is stored: sealed with ``keyring``, plain without one."""
+    return text if keyring is None else keyring.seal(text)
+
+
 def reveal(keyring: Keyring | None, text: str, *, redact: bool = False) -> str:
     """``text`` (stored JSON) with every sealed value opened. Without ``keyring``, or
     without a value's key, raises :class:`KeyringError`, or with ``redact`` puts

@@ -19,7 +19,7 @@ from typing import Any
 from cyclone._model import codec
 from cyclone._model.errors import InvalidStateError, RunNotFoundError
 from cyclone._model.handles import RunState
-from cyclone._model.keyring import Keyring, reveal
+from cyclone._model.keyring import Keyring, reveal, sealed
 from cyclone._model.streams import REPORT_INTERVAL, StreamItem
 from cyclone._services.database import Database
 from cyclone._services.notifier import Notifier, stream_payload
@@ -48,15 +48,12 @@ class Streams:
         self.cipher = cipher
         self.report_interval = REPORT_INTERVAL
 
-    def _sealed(self, encoded: str) -> str:
-        return encoded if self.cipher is None else self.cipher.seal(encoded)
-
     async def append(self, run_id: uuid.UUID, node: str, attempt: int, item: str) -> int:
         """Append one encoded item to the run's stream; its offset. :class:`InvalidStateError`
         when the run has ended (or is gone)."""
         async with self.database.acquire() as conn:
             offsets = await db.stream_append(
-                conn, self.database.queries, run_id, node, attempt, f"[{self._sealed(item)}]"
+                conn, self.database.queries, run_id, node, attempt, f"[{sealed(self.cipher, item)}]"
             )
         if not offsets:
             raise InvalidStateError(
@@ -70,7 +67,7 @@ class Streams:
         """Overwrite the node's progress with an encoded value."""
         async with self.database.acquire() as conn:
             await db.progress_set(
-                conn, self.database.queries, run_id, node, attempt, self._sealed(value)
+                conn, self.database.queries, run_id, node, attempt, sealed(self.cipher, value)
             )
         self.publisher.publish([stream_payload(run_id)])
 

@@ -29,7 +29,7 @@ import msgspec
 from cyclone._model import codec
 from cyclone._model.context import HandlerContext, HandlerScope, Snooze
 from cyclone._model.errors import InvalidInputError, KeyringError
-from cyclone._model.keyring import Keyring, reveal
+from cyclone._model.keyring import Keyring, reveal, sealed
 from cyclone._model.sleeps import SleepStep
 from cyclone._model.steps import Step
 from cyclone._services.database import Database
@@ -217,7 +217,7 @@ class Executor:
 
     def sealed(self, output: str) -> str:
         """An encoded output as it is stored: sealed with the client's keyring, if any."""
-        return output if self._cipher is None else self._cipher.seal(output)
+        return sealed(self._cipher, output)
 
     def opened(self, stored: str) -> str:
         """A stored payload with its sealed values opened (:class:`KeyringError` when this
