@@ -19,10 +19,46 @@ import pytest_asyncio
 import cyclone
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
-from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv
+from cyclone.testing._citus import citus_cluster
+from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv, DatabaseFactory
+from tests.citus.cluster import CitusDatabases, require_citus
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository's root."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--citus",
+        action="store_true",
+        help="run the tests on a Citus cluster started for the session (a coordinator and "
+        "two worker nodes): each test's database is made on every node, Cyclone's tables "
+        "on the coordinator",
+    )
+
+
+@pytest.fixture(scope="session")
+def citus_databases() -> Iterator[CitusDatabases]:
+    """Databases on a Citus cluster started for the session (skipped without Citus)."""
+    require_citus()
+    with citus_cluster() as cluster:
+        factory = CitusDatabases(cluster)
+        asyncio.run(factory.create_template())
+        yield factory
+
+
+@pytest.fixture(scope="session")
+def cyclone_databases(request: pytest.FixtureRequest) -> Iterator[DatabaseFactory]:
+    """The plugin's databases, or with ``--citus`` the Citus cluster's."""
+    if request.config.getoption("--citus"):
+        yield request.getfixturevalue("citus_databases")
+        return
+    factory = DatabaseFactory(request.getfixturevalue("cyclone_server"))
+    asyncio.run(factory.create_template())
+    yield factory
+    asyncio.run(factory.drop_template())
+
+
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 """A fenced Python code block of a Markdown page; group 1 is its code."""
 DOC_PAGES = sorted([*ROOT.glob("docs/*.md"), ROOT / "README.md"])

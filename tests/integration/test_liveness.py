@@ -100,7 +100,7 @@ async def test_a_cut_session_is_not_a_death(cyclone_env: CycloneEnv) -> None:
         await asyncio.wait_for(probe.started.wait(), 30)
         async with fast_worker(cyclone_env.client, steps=[hold], lease=30.0) as peer:
             first = await liveness_backend(cyclone_env, cut)
-            assert await cyclone_env.pool.fetchval("SELECT pg_terminate_backend($1)", first)
+            assert await cyclone_env.pool.fetchval("SELECT pg_terminate_backend($1::int)", first)
             await looks(peer, 6)  # two seconds and more: past the grace of 1 s
             assert cut._presence.live.is_set()
             assert await liveness_backend(cyclone_env, cut) != first
@@ -117,7 +117,7 @@ async def test_a_worker_takes_its_lock_again_and_claims_again(cyclone_env: Cyclo
     async with fast_worker(cyclone_env.client, steps=[hold], lease=30.0) as worker:
         await asyncio.wait_for(probe.started.wait(), 30)
         first = await liveness_backend(cyclone_env, worker)
-        assert await cyclone_env.pool.fetchval("SELECT pg_terminate_backend($1)", first)
+        assert await cyclone_env.pool.fetchval("SELECT pg_terminate_backend($1::int)", first)
         later = await hold.enqueue(cyclone_env.client, 60)  # attempt 1 of its own
         probe.calls.clear()
         probe.stopped.set()

@@ -33,7 +33,7 @@ async def kill_own_completion_backend(ctx: cyclone.Context) -> None:
         "INSERT INTO effects (run_id, attempt) VALUES ($1, $2)", ctx.run_id, ctx.attempt
     )
     pid = await conn.fetchval("SELECT pg_backend_pid()")
-    await ctx.client.pool.execute("SELECT pg_terminate_backend($1)", pid)
+    await ctx.client.pool.execute("SELECT pg_terminate_backend($1::int)", pid)
     async with asyncio.timeout(30):  # until the server has ended it (observed, not slept on)
         while await ctx.client.pool.fetchval(  # noqa: ASYNC110 - another session's state
             "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid
@@ -73,7 +73,7 @@ async def uses_dead_connection(ctx: cyclone.Context, n: int) -> int:
         async with ctx.client.pool.acquire() as conn:
             await conn.execute("SELECT 1")
             pid = await conn.fetchval("SELECT pg_backend_pid()")
-            await ctx.client.pool.execute("SELECT pg_terminate_backend($1)", pid)
+            await ctx.client.pool.execute("SELECT pg_terminate_backend($1::int)", pid)
             await asyncio.sleep(0)
             try:
                 await conn.execute("SELECT 1")

@@ -40,6 +40,7 @@ ALLOWED = {
     ("cyclone.cli._worker", "os._exit"),
     # A named tuple's own API: SplitResult._replace.
     ("cyclone.testing._postgres", "urlsplit(self.dsn)._replace"),
+    ("cyclone.testing._citus", "urlsplit(dsn)._replace"),
 }
 
 
