@@ -57,6 +57,7 @@ from cyclone._model.errors import (
     UnknownKindError,
     UnknownNodeError,
     UnknownQueueError,
+    UnsupportedLayoutError,
     UnsupportedPoolerError,
 )
 from cyclone._model.events import Event, EventNode
@@ -189,6 +190,7 @@ __all__ = [
     "UnknownNodeError",
     "UnknownQueueError",
     "UnservedWork",
+    "UnsupportedLayoutError",
     "UnsupportedPoolerError",
     "Wakeups",
     "Worker",

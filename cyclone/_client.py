@@ -114,7 +114,9 @@ class Client(AsyncResource):
         )
         runs = Runs(database, publisher, notifier, cipher)
         streams = Streams(database, publisher, notifier, cipher)
-        settings = InsertSettings(self._queries, self.payload_limit, self.observers, cipher)
+        settings = InsertSettings(
+            self._queries, self.payload_limit, self.observers, cipher, layout=database.layout
+        )
         self.services = Services(
             database=database,
             publisher=publisher,

@@ -37,6 +37,7 @@ from cyclone._model.steps import Kind
 from cyclone._model.wakeups import Wakeups
 from cyclone._model.workflows import Workflow, defined_workflows
 from cyclone._services import transitions
+from cyclone._services.layout import Layout
 from cyclone._services.notifier import queue_payload
 from cyclone._services.observe import Observers
 from cyclone._services.runs import page_on, result_of
@@ -143,7 +144,9 @@ class Client:
         self.cipher = checked_keyring(cipher)
         """The keyring that seals payloads at rest (as ``cyclone.Client``'s), or None."""
         self.observers = Observers()
-        self._settings = InsertSettings(self._queries, self.payload_limit, self.observers, cipher)
+        self._settings = InsertSettings(
+            self._queries, self.payload_limit, self.observers, cipher, layout=Layout(self._queries)
+        )
         database = SyncDatabase(source, own, self._queries, self._channel)
         self.services = Services(database=database, runs=SyncRuns(database, cipher))
         """The client's parts, for Cyclone's own modules (internal, not a stable API)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -30,15 +30,16 @@ import asyncpg
 
 from cyclone._enqueue.adapters import adapter_for
 from cyclone._enqueue.targets import (
+    NOT_IN_TRANSACTION,
+    CallerTransaction,
     DatabaseTarget,
     InsertSettings,
     JobPlan,
     Target,
-    asyncpg_caller,
 )
 from cyclone._enqueue.wakeups import TrackedConnection
 from cyclone._model.codec import DEFAULT_PAYLOAD_LIMIT, encode_array
-from cyclone._model.errors import ContextError, InvalidInputError
+from cyclone._model.errors import ContextError, InvalidInputError, NotInTransactionError
 from cyclone._model.handles import ResultRun, Run, RunsClient, RunService
 from cyclone._model.ids import uuid7_many
 from cyclone._model.options import EnqueueOptions, check_options
@@ -80,6 +81,20 @@ class OwnStatement(DatabaseTarget):
 
     def woke(self, queues: Sequence[str]) -> None:
         self.publisher.wake(queues)
+
+
+def asyncpg_caller(
+    settings: InsertSettings, conn: db.Conn, record: Callable[[str], None] | None
+) -> CallerTransaction:
+    """The caller's transaction on a raw asyncpg connection."""
+
+    @contextlib.asynccontextmanager
+    async def open() -> AsyncIterator[db.Conn]:
+        if not conn.is_in_transaction():
+            raise NotInTransactionError(NOT_IN_TRANSACTION)
+        yield conn
+
+    return CallerTransaction(settings, open, record)
 
 
 def payload_limit(settings: InsertSettings | None) -> int:

@@ -13,8 +13,8 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
@@ -26,13 +26,13 @@ from cyclone._model.errors import (
     DuplicateError,
     InvalidInputError,
     KeyContentionError,
-    NotInTransactionError,
     SubmitConflictError,
 )
 from cyclone._model.ids import uuid7
 from cyclone._model.keyring import Keyring, is_sealed, reveal
 from cyclone._model.options import Options
 from cyclone._services import transitions
+from cyclone._services.layout import Layout
 from cyclone._services.observe import Observers
 from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
@@ -55,13 +55,15 @@ NOT_IN_TRANSACTION = (
 @dataclass(frozen=True, slots=True)
 class InsertSettings:
     """What the insert path takes of a client (``cyclone.Client`` or ``cyclone.sync.Client``):
-    its statements, its input limit, the observers its enqueues are reported to and the
-    keyring that seals its inputs (None: stored in the clear)."""
+    its statements, its input limit, the observers its enqueues are reported to, the
+    keyring that seals its inputs (None: stored in the clear) and the layout of its
+    database (a caller's transaction on a Citus coordinator is marked for two phases)."""
 
     queries: Queries
     payload_limit: int
     observers: Observers
     cipher: Keyring | None = None
+    layout: Layout = field(kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,26 +372,13 @@ class CallerTransaction(DatabaseTarget):
         self.notify_full = notify_full
 
     def connection(self, *, transaction: bool) -> contextlib.AbstractAsyncContextManager[Any]:
-        return self._open()
+        layout = self.settings.layout  # on Citus, the transaction is marked for two phases
+        return self._open() if layout.citus is False else layout.marked(self._open())
 
     def woke(self, queues: Sequence[str]) -> None:
         if self._record is not None:
             for queue in queues:
                 self._record(queue)
-
-
-def asyncpg_caller(
-    settings: InsertSettings, conn: db.Conn, record: Callable[[str], None] | None
-) -> CallerTransaction:
-    """The caller's transaction on a raw asyncpg connection."""
-
-    @contextlib.asynccontextmanager
-    async def open() -> AsyncIterator[db.Conn]:
-        if not conn.is_in_transaction():
-            raise NotInTransactionError(NOT_IN_TRANSACTION)
-        yield conn
-
-    return CallerTransaction(settings, open, record)
 
 
 def trace_text(settings: InsertSettings | None) -> str | None:

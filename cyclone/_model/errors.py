@@ -36,6 +36,7 @@
         ├── SchemaVersionError        the schema has migrations this package does not know
         ├── ReadOnlyServerError       migrate() on a server that takes no writes (a standby?)
         ├── UnsupportedPoolerError    a pooler in transaction mode, configured in a way it breaks
+        ├── UnsupportedLayoutError    on Citus: Cyclone's tables distributed, or a worker node
         └── KeyringError              a sealed payload this client has no key for (or no
                                       cryptography package to open it with)
 
@@ -364,6 +365,13 @@ class UnsupportedPoolerError(SetupError):
     """The pool goes through a connection pooler in transaction mode (PgBouncer's
     ``pool_mode = transaction``) with a setting that cannot work through it: asyncpg's
     statement cache, or LISTEN. The message names the fix."""
+
+
+class UnsupportedLayoutError(SetupError):
+    """Cyclone's tables are laid out in a way this release cannot run on: on a Citus
+    cluster, made distributed or reference tables (they stay local to the coordinator), or
+    reached on a worker node instead of the coordinator. The message names the table or
+    node, and the fix (docs/scaling.md, "Citus")."""
 
 
 class KeyringError(SetupError):

@@ -22,6 +22,7 @@ import asyncpg
 from cyclone._model.errors import InvalidStateError, SchemaNotMigratedError
 from cyclone._services import pooler as _pooler
 from cyclone._services import readiness
+from cyclone._services.layout import Layout
 from cyclone._storage.loader import Queries
 
 logger = logging.getLogger("cyclone")
@@ -47,6 +48,7 @@ class Database:
         self.pool = pool
         self.queries = queries
         self.listens = listens  # this process LISTENs through the pool
+        self.layout = Layout(queries)  # learnt by the start-up checks or the first *_tx call
         self._spare: PooledConnection | None = None
         self._releases: set[asyncio.Task[None]] = set()
 
@@ -147,6 +149,7 @@ class Database:
         """What ``Client.check_schema`` checks: the migrations, then the pool's route."""
         async with self.acquire() as conn:
             await readiness.check(conn, self.queries)
+            await self.layout.learn(conn)
         await _pooler.check(self.pool, self.queries, listens=False)
 
     async def pending_migrations(self) -> list[int]:
@@ -167,6 +170,8 @@ class Database:
         await readiness.wait_until_ready(
             self.pool, self.queries, wait_for_schema=wait_for_schema, listens=self.listens
         )
+        async with self.acquire() as conn:
+            await self.layout.learn(conn)
 
 
 class Held:

@@ -44,9 +44,12 @@ async def migrate(database: Database) -> list[int]:
                 done.append(concurrent.version)
     except asyncpg.ReadOnlySQLTransactionError as exc:
         raise ReadOnlyServerError(database.queries.schema) from exc
+    schema = database.queries.schema
     if done:
-        schema = database.queries.schema
         logger.info("applied migrations %s to schema %s", done, schema, extra={"schema": schema})
+    if database.layout.citus:
+        description = database.layout.description
+        logger.info("schema %s is on %s", schema, description, extra={"schema": schema})
     return done
 
 
@@ -58,7 +61,10 @@ async def _in_transactions(database: Database) -> tuple[list[int], Migration | N
     while True:
         try:
             async with database.transact() as conn:
+                await database.layout.refuse(conn)  # before any DDL: a worker node of Citus
                 result = await db.migrations_apply(conn, database.queries, LOCK_TIMEOUT)
+                if result is not None and result[1] is None:  # the last of them: the layout
+                    await database.layout.prepare(conn)
         except (asyncpg.DeadlockDetectedError, asyncpg.LockNotAvailableError) as exc:
             # A migration that locks tables can meet running workers locking rows in
             # another order (PostgreSQL aborts one side, and both try again), or a long

@@ -42,6 +42,7 @@ class CompletionTx:
             try:
                 tx = self._database.transaction(conn)  # Cyclone's own: at READ COMMITTED
                 await tx.start()
+                await self._database.layout.mark(conn)  # on Citus: committed in two phases
             except BaseException:
                 await self._database.pool.release(conn)
                 raise

@@ -57,6 +57,10 @@ def insert_parts(client: WorkerClient) -> Parts:
     gives are the client's."""
     services = client.services
     settings = InsertSettings(
-        services.database.queries, client.payload_limit, services.observers, client.cipher
+        services.database.queries,
+        client.payload_limit,
+        services.observers,
+        client.cipher,
+        layout=services.database.layout,
     )
     return Parts(settings, services.database, services.publisher, owner=client)

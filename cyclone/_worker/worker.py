@@ -260,12 +260,14 @@ class Worker(AsyncResource, Generic[ClientT]):
             loop.create_task(self._maintain(), name="cyclone-maintenance"),
             loop.create_task(self._probe(), name="cyclone-rescue-probe"),
         ]
+        layout = database.layout
         logger.info(
-            "worker %s started: queues %s; kinds %s; workflows %s",
+            "worker %s started: queues %s; kinds %s; workflows %s%s",
             self.id,
             ", ".join(f"{name}={limit}" for name, limit in self._queues.items()),
             ", ".join(self._kinds),
             ", ".join(self._workflow_names) or "none",
+            f"; on {layout.description}" if layout.citus else "",
             extra={"worker": self.id, "queues": sorted(self._queues)},
         )
 

@@ -64,16 +64,19 @@ def migrate(ctx: click.Context, only_check: bool) -> None:
         _check_pending(ctx)
         return
 
-    async def go(client: Client) -> list[int]:
+    async def go(client: Client) -> tuple[list[int], str | None]:
         applied = await client.migrate()
         # A schema migrated by a newer cyclone-pg is not up to date for this one: the check
         # says so (SchemaVersionError) and what to do. Only the migrations are checked: the
         # pool's route (a pooler's settings) is the worker's concern, not the migration's.
         await client.pending_migrations()
-        return applied
+        return applied, client.services.database.layout.description
 
-    applied = with_client(ctx, go, check=False)
-    click.echo(f"{_applied_text(applied)}; schema {ctx.obj['schema']} is up to date ({_latest()})")
+    applied, layout = with_client(ctx, go, check=False)
+    on = "" if layout in (None, "PostgreSQL") else f", on {layout}"
+    click.echo(
+        f"{_applied_text(applied)}; schema {ctx.obj['schema']} is up to date ({_latest()}){on}"
+    )
 
 
 def _check_pending(ctx: click.Context) -> None:
@@ -295,7 +298,9 @@ def worker(
         w = await build(client)
         stop_metrics = _serve_metrics(client, metrics_port, metrics_host, queue_metrics)
         await w.start()  # refuses a schema that is not this package's
-        click.echo(f"cyclone: worker {w.id} running; Ctrl-C stops it", err=True)
+        layout = client.services.database.layout
+        on = f" ({layout.description})" if layout.citus else ""
+        click.echo(f"cyclone: worker {w.id}{on} running; Ctrl-C stops it", err=True)
         orphaned = loop.create_task(_orphaned(stop)) if number is not None else None
         await stop.wait()
         if orphaned is not None:

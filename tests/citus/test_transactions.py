@@ -88,10 +88,10 @@ async def test_a_job_commits_with_a_tenants_orders(citus_env: CycloneEnv) -> Non
         await conn.execute("INSERT INTO orders VALUES (7, 1, 100)")
         run = await receipt.enqueue_tx(client, conn, 1)
     assert await counts(citus_env) == (1, 1)
-    # One worker node written: Citus commits it in one phase, just before the coordinator's
-    # own commit (docs/scaling.md says what that leaves to chance).
-    assert prepared_on(sent) == 0, sent
-    assert any(line.startswith("issuing COMMIT") for line in sent), sent
+    # One worker node written: Cyclone's mark makes Citus prepare it, and commit it only once
+    # the coordinator has (left to itself, Citus sends it a plain COMMIT before).
+    assert prepared_on(sent) == 1, sent
+    assert any(line.startswith("issuing COMMIT PREPARED") for line in sent), sent
     async with fast_worker(client, steps=[receipt]):
         assert await run.result(timeout=60) == 1
 
@@ -127,3 +127,34 @@ async def test_a_rollback_drops_the_job_and_the_orders(citus_env: CycloneEnv) ->
                 await receipt.enqueue_tx(citus_env.client, conn, 1)
                 raise RuntimeError("payment declined")
     assert await counts(citus_env) == (0, 0)
+
+
+async def test_a_commit_failing_at_the_coordinator_keeps_neither_the_orders_nor_the_job(
+    citus_env: CycloneEnv,
+) -> None:
+    """One tenant's orders (one worker node) and a job, in a SERIALIZABLE transaction that
+    fails at its commit on the coordinator: two transactions in write skew on a table of the
+    coordinator, the second to commit canceled. Citus would have committed the worker node
+    already had Cyclone not made it prepare the node first."""
+    await citus_env.pool.execute(ORDERS)
+    await citus_env.pool.execute(
+        "CREATE TABLE on_call (doctor int PRIMARY KEY, on_duty bool NOT NULL);"
+        "INSERT INTO on_call VALUES (1, true), (2, true)"
+    )
+    async with citus_env.pool.acquire() as first, citus_env.pool.acquire() as second:
+        one = first.transaction(isolation="serializable")
+        two = second.transaction(isolation="serializable")
+        await one.start()
+        await two.start()
+        # Each reads that two doctors are on duty, then takes one off: write skew.
+        for conn in (first, second):
+            assert await conn.fetchval("SELECT count(*) FROM on_call WHERE on_duty") == 2
+        await first.execute("UPDATE on_call SET on_duty = false WHERE doctor = 1")
+        await second.execute("UPDATE on_call SET on_duty = false WHERE doctor = 2")
+        await second.execute("INSERT INTO orders VALUES (7, 1, 100)")
+        await receipt.enqueue_tx(citus_env.client, second, 1)
+        await one.commit()
+        with pytest.raises(asyncpg.SerializationError):
+            await two.commit()
+    assert await counts(citus_env) == (0, 0)
+    assert await citus_env.pool.fetchval("SELECT count(*) FROM on_call WHERE on_duty") == 1

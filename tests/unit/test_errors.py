@@ -51,6 +51,7 @@ GROUPS: dict[type[cyclone.CycloneError], set[type[cyclone.CycloneError]]] = {
         cyclone.SchemaVersionError,
         cyclone.ReadOnlyServerError,
         cyclone.UnsupportedPoolerError,
+        cyclone.UnsupportedLayoutError,
         cyclone.KeyringError,
     },
 }

@@ -88,6 +88,12 @@ from cyclone._storage.queries.keys import (
     task_sealed_pick,
     task_sealed_write,
 )
+from cyclone._storage.queries.layout import (
+    layout_citus,
+    layout_citus_node,
+    layout_two_phase,
+    layout_two_phase_create,
+)
 from cyclone._storage.queries.maintenance import (
     job_expire,
     retention_declare,
@@ -205,6 +211,10 @@ __all__ = [
     "jobs_discarded",
     "kind_limits_list",
     "kind_limits_set",
+    "layout_citus",
+    "layout_citus_node",
+    "layout_two_phase",
+    "layout_two_phase_create",
     "map_expand",
     "map_settle",
     "migration_apply_concurrently",
