@@ -5,8 +5,11 @@
 ``chaos.child`` (a node, a child node running ``chaos.kid``, a node after it). Every
 attempt first records an "attempt started" row on a separate autocommit pool (at-least-once
 evidence of execution), then writes its effect row in the completion transaction (so it
-commits with the completion, exactly once). Logs go to stderr as JSON lines, with the run, node
-and attempt, so the suite can tell whether an ERROR was about something that in fact succeeded.
+commits with the completion, exactly once). With ``CHAOS_ORDERS=1`` the completion transaction
+also writes an order row to ``chaos_orders``, a table the Citus scenarios distribute over their
+worker nodes, so a completion spans the coordinator and a worker node. Logs go to stderr as JSON
+lines, with the run, node and attempt, so the suite can tell whether an ERROR was about
+something that in fact succeeded.
 
 ``produce DSN RATE job|flow|map|child`` enqueues at a steady rate until SIGINT/SIGTERM; each run
 gets its ledger row, with the nodes it must run, in the transaction that enqueues it, so a ledger
@@ -38,6 +41,11 @@ CREATE TABLE chaos_attempts (run_id uuid NOT NULL, node text NOT NULL, attempt i
                              pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
 """
 WORK = float(os.environ.get("CHAOS_WORK", 0.05))  # seconds each handler takes
+ORDERS = os.environ.get("CHAOS_ORDERS") == "1"
+"""Whether each effect also writes a row of ``chaos_orders``, a table the scenario has
+distributed over Citus worker nodes (by ``tenant``), in the same completion transaction."""
+TENANTS = 16
+"""Tenants an order belongs to (a run's ``seq`` modulo this), and the orders' shards."""
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -72,6 +80,14 @@ async def _record(ctx: cyclone.Context, job: Job) -> int:
         ctx.attempt,
         os.getpid(),
     )
+    if ORDERS:
+        await conn.execute(
+            "INSERT INTO chaos_orders (tenant, run_id, node, attempt) VALUES ($1, $2, $3, $4)",
+            job.seq % TENANTS,
+            ctx.run_id,
+            node,
+            ctx.attempt,
+        )
     return job.seq
 
 

@@ -53,10 +53,7 @@ async def scene(
     try:
         yield scene
     finally:
-        for proc in [*scene.workers, *([scene.producer] if scene.producer else [])]:
-            if proc.process.returncode is None:
-                proc.process.kill()
-            await proc.process.wait()
+        await scene.reap()
 
 
 @pytest.fixture

@@ -107,11 +107,19 @@ class Proc:
 class Scene:
     """The processes and ledger of one scenario on database ``chaos`` of a cluster."""
 
-    def __init__(self, name: str, dsn: str, admin_dsn: str, workdir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        dsn: str,
+        admin_dsn: str,
+        workdir: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.dsn = dsn
         self.admin_dsn = admin_dsn
         self.workdir = workdir
+        self.env = env or {}  # for the worker and producer processes
         self.workers: list[Proc] = []
         self.producer: Proc | None = None
         self.fault_start = 0.0
@@ -119,13 +127,15 @@ class Scene:
         self.post_end = 0.0
         self._spawned = 0
 
-    async def prepare(self) -> None:
-        """Create the scenario's database, migrate it and add the ledger tables."""
-        admin = await asyncpg.connect(self.admin_dsn)
-        try:
-            await admin.execute("CREATE DATABASE chaos")
-        finally:
-            await admin.close()
+    async def prepare(self, *, create: bool = True) -> None:
+        """Create the scenario's database (unless ``create`` is false: it exists), migrate
+        it and add the ledger tables."""
+        if create:
+            admin = await asyncpg.connect(self.admin_dsn)
+            try:
+                await admin.execute("CREATE DATABASE chaos")
+            finally:
+                await admin.close()
         async with asyncpg.create_pool(self.dsn, min_size=1, max_size=2) as pool:
             await cyclone.Client(pool).migrate()
             await pool.execute(SCHEMA)
@@ -137,7 +147,7 @@ class Scene:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "tests.chaos.app", *args,
                 cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                env={**os.environ, **self.env, "PYTHONPATH": str(ROOT)},
                 stdout=asyncio.subprocess.PIPE,
                 stderr=sink,
             )  # fmt: skip
@@ -158,6 +168,13 @@ class Scene:
         """Start the producer at ``rate`` runs per second of ``mode``: job, flow or map."""
         self.producer = await self._spawn("produce", self.dsn, str(rate), mode)
 
+    async def reap(self) -> None:
+        """Kill whatever process of the scenario still runs, and wait for each."""
+        for proc in [*self.workers, *([self.producer] if self.producer else [])]:
+            if proc.process.returncode is None:
+                proc.process.kill()
+            await proc.process.wait()
+
     async def kill(self, worker: Proc) -> None:
         """SIGKILL a worker and reap it."""
         worker.process.send_signal(signal.SIGKILL)
@@ -171,6 +188,22 @@ class Scene:
     def end_fault(self) -> None:
         """Mark the fault's end (the database reachable again, the killed worker replaced)."""
         self.fault_end = time.time()
+
+    async def keeping_up(self, backlog: int) -> None:
+        """Wait until effects commit and fewer than ``backlog`` ledger runs are unfinished: the
+        workers keep up with the producer. At once on a plain server; on Citus a fresh
+        connection's first query can take a second (asyncpg asks for type details, a slow
+        query there), so the workers start with a backlog that a pre-fault window must not
+        measure."""
+        async with asyncpg.create_pool(self.dsn, min_size=1, max_size=1) as pool:
+            async with asyncio.timeout(DRAIN_TIMEOUT):
+                while not await pool.fetchval(  # noqa: ASYNC110 - other processes' progress
+                    "SELECT EXISTS (SELECT FROM chaos_effects) AND (SELECT count(*)"
+                    " FROM chaos_ledger l LEFT JOIN cyclone_runs r ON r.id = l.run_id"
+                    " WHERE r.state IS DISTINCT FROM 'completed') < $1",
+                    backlog,
+                ):
+                    await asyncio.sleep(0.2)
 
     async def finish(self, post: float) -> None:
         """Run through the post-fault window, stop the producer and wait for the queue to drain."""
@@ -304,14 +337,8 @@ class Scene:
         """The workers' ERROR lines, and those about an attempt whose effect in fact committed."""
         errors: list[str] = []
         false: list[str] = []
-        for w in self.workers:
-            for text in w.stderr.read_text(errors="replace").splitlines():
-                try:
-                    line: dict[str, Any] = json.loads(text)
-                except ValueError:
-                    continue  # a traceback's continuation lines belong to a JSON line's "exc"
-                if line.get("level") not in ("ERROR", "CRITICAL"):
-                    continue
+        for line in self.log_lines():
+            if line.get("level") in ("ERROR", "CRITICAL"):
                 summary = f"{line['msg']} run={line['run_id']} node={line['node']}"
                 summary += f" attempt={line['attempt']}"
                 errors.append(summary + _last_line(line.get("exc")))
@@ -324,6 +351,17 @@ class Scene:
                 ):
                     false.append(summary)
         return errors, false
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        """Every worker's log lines (WARNING and above), parsed, worker by worker."""
+        lines: list[dict[str, Any]] = []
+        for w in self.workers:
+            for text in w.stderr.read_text(errors="replace").splitlines():
+                try:
+                    lines.append(json.loads(text))
+                except ValueError:
+                    continue  # a traceback's continuation lines belong to a JSON line's "exc"
+        return lines
 
 
 def _last_line(exc: str | None) -> str:
