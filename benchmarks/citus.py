@@ -182,42 +182,13 @@ async def run(sides: tuple[Side, Side], sizes: Sizes) -> tuple[Results, Results]
     return results
 
 
-def _lower_is_better(figure: Figure) -> bool:
-    return figure.unit == "ms"
-
-
-def _best(figures: Sequence[Figure]) -> float:
-    values = [f.value for f in figures]
-    return min(values) if _lower_is_better(figures[0]) else max(values)
-
-
-def _number(v: float) -> str:
-    return f"{v:,.2f}" if v < 10 else f"{v:,.0f}"
-
-
-def _value(figures: Sequence[Figure]) -> str:
-    text = _number(_best(figures))
-    if len(figures) > 1:
-        values = [f.value for f in figures]
-        text += f" ({_number(min(values))}-{_number(max(values))})"
-    return text
-
-
-def _ratio(plain: Sequence[Figure], citus: Sequence[Figure]) -> str:
-    text = f"{_best(citus) / _best(plain):.2f}"
-    if len(plain) > 1:
-        per_round = [c.value / p.value for p, c in zip(plain, citus, strict=True)]
-        text += f" ({min(per_round):.2f}-{max(per_round):.2f})"
-    return text
-
-
 def table(plain: Results, citus: Results) -> str:
     rows = [
         [
             f"{name}, {figures[0].unit}",
-            _value(figures),
-            _value(citus[name]),
-            _ratio(figures, citus[name]),
+            report.value(figures),
+            report.value(citus[name]),
+            report.ratio_of(citus[name], figures)[0],
         ]
         for name, figures in plain.items()
     ]

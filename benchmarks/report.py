@@ -69,7 +69,8 @@ def _number(v: float) -> str:
     return f"{v:,.2f}" if v < 10 else f"{v:,.0f}"
 
 
-def _value(figures: Sequence[Figure] | None) -> str:
+def value(figures: Sequence[Figure] | None) -> str:
+    """The best round's value, with the range over rounds."""
     if not figures:
         return "-"
     text = _number(best(figures))
@@ -79,7 +80,8 @@ def _value(figures: Sequence[Figure] | None) -> str:
     return text
 
 
-def _ratio(mine: Sequence[Figure] | None, other: Sequence[Figure] | None) -> tuple[str, float]:
+def ratio_of(mine: Sequence[Figure] | None, other: Sequence[Figure] | None) -> tuple[str, float]:
+    """``mine`` over ``other`` by their best rounds, with the range of per-round ratios."""
     if not mine or not other:
         return "-", float("nan")
     ratio = best(mine) / best(other)
@@ -123,14 +125,14 @@ def floors(results: Results) -> str:
         mine, other = results.get(row.mine), results.get(row.other)
         if not mine:
             continue
-        text, ratio = _ratio(mine, other)
+        text, ratio = ratio_of(mine, other)
         lower = _lower_is_better(mine[0])
         rows.append(
             [
                 row.label,
-                _value(mine),
+                value(mine),
                 row.other,
-                _value(other),
+                value(other),
                 text,
                 _verdict(ratio, row.target, lower),
             ]
@@ -144,11 +146,11 @@ def others(results: Results, names: Sequence[str]) -> str:
     for label, mine_name, target in OTHERS:
         mine = results.get(mine_name)
         theirs = "drain c16" if mine_name == "drain c200" else mine_name
-        cells = [label, _value(mine)]
+        cells = [label, value(mine)]
         for name in names:
             other = results.get(f"{name} {theirs}")
-            text, ratio = _ratio(mine, other)
-            cells += [_value(other), text]
+            text, ratio = ratio_of(mine, other)
+            cells += [value(other), text]
             if name == "pgqueuer":
                 cells.append(_verdict(ratio, target, False))
         rows.append(cells)
@@ -171,21 +173,19 @@ def extras(results: Results) -> list[str]:
         "map's job drain",
     ):
         if f := results.get(name):
-            lines.append(f"- {name}: {_value(f)} {f[0].unit} ({f[0].detail})")
+            lines.append(f"- {name}: {value(f)} {f[0].unit} ({f[0].detail})")
     if plain := results.get("submit"):
         for name in ("submit", "submit_once new", "submit_once repeat"):
             f = results[name]
             lines.append(
-                f"- {name}: {_value(f)} {f[0].unit}, ratio to submit {best(f) / best(plain):.2f}"
+                f"- {name}: {value(f)} {f[0].unit}, ratio to submit {best(f) / best(plain):.2f}"
             )
     for name in ("insert_copy", "drain_update"):
         if f := results.get(name):
-            lines.append(f"- floor {name}: {_value(f)} {f[0].unit} ({f[0].detail})")
+            lines.append(f"- floor {name}: {value(f)} {f[0].unit} ({f[0].detail})")
     # What Cyclone's storage costs by itself: its two tables written raw, against one table.
     for name, one in (("insert_runs_tasks", "insert_unnest"), ("drain_runs_tasks", "drain_delete")):
         if (f := results.get(name)) and (other := results.get(one)):
-            text, _ = _ratio(f, other)
-            lines.append(
-                f"- floor {name}: {_value(f)} {f[0].unit}, {text} of {one} ({f[0].detail})"
-            )
+            text, _ = ratio_of(f, other)
+            lines.append(f"- floor {name}: {value(f)} {f[0].unit}, {text} of {one} ({f[0].detail})")
     return lines

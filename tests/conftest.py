@@ -213,15 +213,22 @@ def records() -> Iterator[Records]:
         logger.setLevel(old_level)
 
 
-@pytest_asyncio.fixture
-async def listener(cyclone_env: CycloneEnv) -> AsyncIterator[Listener]:
-    conn = await asyncpg.connect(cyclone_env.dsn)
-    lst = Listener(conn, cyclone_env.client._channel)
+@contextlib.asynccontextmanager
+async def listening(env: CycloneEnv) -> AsyncIterator[Listener]:
+    """A :class:`Listener` on ``env``'s database, on its client's channel."""
+    conn = await asyncpg.connect(env.dsn)
+    lst = Listener(conn, env.client._channel)
     await conn.add_listener(lst.channel, lst._on)
     try:
         yield lst
     finally:
         await conn.close()
+
+
+@pytest_asyncio.fixture
+async def listener(cyclone_env: CycloneEnv) -> AsyncIterator[Listener]:
+    async with listening(cyclone_env) as lst:
+        yield lst
 
 
 @contextlib.asynccontextmanager

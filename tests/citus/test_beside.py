@@ -10,7 +10,6 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import httpx
 import psycopg
 import psycopg_pool
@@ -21,7 +20,7 @@ import cyclone.sync
 import cyclone.web
 from cyclone.testing.plugin import CycloneEnv
 from tests.cli.process import cli
-from tests.conftest import Listener, fast_worker
+from tests.conftest import Listener, fast_worker, listening
 
 ORDERS = """
 CREATE TABLE orders (tenant_id int NOT NULL, id bigint NOT NULL, attempt int NOT NULL,
@@ -39,13 +38,8 @@ async def _orders(citus_env: CycloneEnv) -> None:
 @pytest.fixture
 async def listener(citus_env: CycloneEnv) -> AsyncIterator[Listener]:
     """A LISTEN on the coordinator, on the client's channel."""
-    conn = await asyncpg.connect(citus_env.dsn)
-    heard = Listener(conn, citus_env.client._channel)
-    await conn.add_listener(heard.channel, heard._on)
-    try:
+    async with listening(citus_env) as heard:
         yield heard
-    finally:
-        await conn.close()
 
 
 @cyclone.step("citus.ship", queue="citus")
