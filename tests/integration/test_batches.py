@@ -258,7 +258,9 @@ async def test_a_cancelled_item_rolls_back_its_batchs_completion(
     ledger: CycloneEnv, records: Records
 ) -> None:
     runs = await hold.enqueue_many(ledger.client, [1, 2, 3])
-    async with fast_worker(ledger.client, steps=[hold], queues={"batch": 20}, lease=0.6):
+    # A quick heartbeat, not a short lease: a lease lapsing on a slow heartbeat would hand
+    # items 2 and 3 to a second call, whose COMMIT waits on the first one's ledger rows.
+    async with fast_worker(ledger.client, steps=[hold], queues={"batch": 20}, heartbeat=0.2):
         await asyncio.wait_for(probe.started.wait(), 30)
         await runs[0].cancel()
         await records.wait_for("stopped: its run is cancelled")  # the heartbeat saw it

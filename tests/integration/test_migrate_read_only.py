@@ -64,6 +64,7 @@ def template() -> Iterator[Path]:
         yield data
 
 
+@pytest.mark.plain_only("starts a primary and a hot standby of its own, not on Citus")
 async def test_a_hot_standby(template: Path) -> None:
     with cluster_from(template) as primary:
         standby = await asyncio.to_thread(primary.standby, "standby")

@@ -26,6 +26,10 @@ from tests.conftest import Records, fast_worker, reaped
 
 require_server_binaries()
 
+pytestmark = pytest.mark.plain_only(
+    "stops and starts a server of its own (or none at all): the session's cluster is not used"
+)
+
 # In both warnings for a database that cannot be reached: nothing answers at its address,
 # or the server answers but takes no connection now.
 WAITING = "waiting for it, trying again with a growing delay (at most 5 s)"
