@@ -21,7 +21,7 @@ from cyclone._storage import queries as db
 from cyclone._storage.loader import Queries
 from cyclone.testing._citus import citus_cluster
 from cyclone.testing.plugin import TEST_WORKER_OPTIONS, CycloneEnv, DatabaseFactory
-from tests.citus.cluster import CitusDatabases, require_citus
+from tests.citus.cluster import SESSIONS, CitusDatabases, require_citus
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository's root."""
@@ -41,7 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def citus_databases() -> Iterator[CitusDatabases]:
     """Databases on a Citus cluster started for the session (skipped without Citus)."""
     require_citus()
-    with citus_cluster() as cluster:
+    with citus_cluster(settings=SESSIONS) as cluster:
         factory = CitusDatabases(cluster)
         asyncio.run(factory.create_template())
         yield factory

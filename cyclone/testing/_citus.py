@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -69,10 +69,13 @@ class CitusCluster:
 
 
 @contextlib.contextmanager
-def citus_cluster(workers: int = 2, *, durable: bool = False) -> Iterator[CitusCluster]:
+def citus_cluster(
+    workers: int = 2, *, durable: bool = False, settings: Mapping[str, str] | None = None
+) -> Iterator[CitusCluster]:
     """Start a coordinator and ``workers`` worker nodes; stop and delete them on exit.
 
-    ``durable=True`` keeps PostgreSQL's crash-safety defaults, as a benchmark wants.
+    ``durable=True`` keeps PostgreSQL's crash-safety defaults, as a benchmark wants;
+    ``settings`` are added to every node's.
     """
     bindir = find_bindir()
     settings = {
@@ -80,6 +83,7 @@ def citus_cluster(workers: int = 2, *, durable: bool = False) -> Iterator[CitusC
         "max_connections": "300",
         **({} if durable else _FAST_SETTINGS),
         **CITUS_SETTINGS,
+        **(settings or {}),
     }
     with contextlib.ExitStack() as stack:
         nodes = [

@@ -5,6 +5,7 @@ node reached instead of the coordinator."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 
 import asyncpg
@@ -70,3 +71,24 @@ async def test_a_worker_node_is_refused(
         with pytest.raises(cyclone.UnsupportedLayoutError, match=r"connect .* to the coordinator"):
             await cyclone.Client(pool, notify=False).migrate()
         assert await pool.fetchval("SELECT to_regclass('cyclone_runs')") is None  # rolled back
+
+
+async def test_a_pool_that_hides_shards_is_warned_about(
+    citus_env: CycloneEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Citus's default hides shards from catalog queries, which makes each new connection's
+    type lookups slow: a worker's start says so, with the setting that fixes it (the tests'
+    cluster has it)."""
+    hiding = {"citus.override_table_visibility": "on"}
+    async with asyncpg.create_pool(citus_env.dsn, server_settings=hiding) as pool:
+        with caplog.at_level(logging.WARNING, logger="cyclone"):
+            await cyclone.Client(pool, notify=False).check_schema()
+    [warning] = [
+        r.getMessage() for r in caplog.records if "override_table_visibility" in r.getMessage()
+    ]
+    assert "server_settings={'citus.override_table_visibility': 'off'}" in warning
+    caplog.clear()
+    async with asyncpg.create_pool(citus_env.dsn) as pool:  # the cluster's setting: off
+        with caplog.at_level(logging.WARNING, logger="cyclone"):
+            await cyclone.Client(pool, notify=False).check_schema()
+    assert not [r for r in caplog.records if "override_table_visibility" in r.getMessage()]
