@@ -62,6 +62,9 @@ class Layout:
                     "`cyclone migrate` again once the coordinator and its nodes are"
                 ),
             )
+        elif TWO_PHASE not in _names(node) and not node["migrated"]:
+            # Nothing to mark yet: Cyclone's statements fail as on one server, saying to migrate.
+            self.citus, self.description = None, f"Citus {version} coordinator, not migrated"
         elif TWO_PHASE not in _names(node):
             raise UnsupportedLayoutError(
                 f"schema {self.queries.schema} was migrated before this database became a "

@@ -66,12 +66,10 @@ async def run(
     rate: float = RATE,
     catchup_bound: float = RECOVERY_TARGET,
     no_worker_died: bool = False,
-    timed: bool = True,
 ) -> Figures:
     """Start two workers and the producer (``rate`` runs a second), measure, inject
     ``fault``, drain and check; a fault in which ``no_worker_died`` must also release no
-    attempt as its worker's, and keep half the pre-fault throughput while it lasts. A
-    scenario not ``timed`` records its recovery figures without holding them to the target."""
+    attempt as its worker's, and keep half the pre-fault throughput while it lasts."""
     for _ in range(2):
         await scene.start_worker(lease)
     await scene.start_producer(rate, mode=mode)
@@ -97,7 +95,7 @@ async def run(
         assert figures.worker_lost == 0, "a live worker's attempts were released as lost"
     slow = no_worker_died and figures.fault_ratio < 0.5
     late = figures.recovery_s > RECOVERY_TARGET or figures.catchup_s > catchup_bound
-    if timed and (slow or late):
+    if slow or late:
         raise RecoveryMissed(
             f"recovery {figures.recovery_s:.1f} s, catch-up {figures.catchup_s:.1f} s, "
             f"throughput during the fault {figures.fault_ratio:.2f} of before"

@@ -14,7 +14,8 @@ async def layout_citus(conn: Conn, q: Queries) -> str | None:
 
 async def layout_citus_node(conn: Conn, q: Queries) -> Record:
     """On a database with Citus: this server's ``group_id`` (0: the coordinator), whether
-    this session's catalog queries hide shards (``hides_shards``), the cluster's active
+    this session's catalog queries hide shards (``hides_shards``), whether the schema was
+    ever migrated (``migrated``), the cluster's active
     ``nodes`` and Cyclone's ``tables`` in Citus's metadata, as ``name:method``
     (``sql/layout.sql``)."""
     row = await fetchrow(conn, q, "layout_citus_node", schema=q.schema)

@@ -7,12 +7,13 @@ SELECT extversion FROM pg_extension WHERE extname = 'citus';
 
 -- name: layout_citus_node(schema)
 -- This server's group in the cluster (0: the coordinator), whether this session's catalog
--- queries have Citus's shards filtered out, the cluster's active primary nodes,
--- and Cyclone's tables of the schema that Citus's metadata holds, each as name:method (h: a
--- hash-distributed table; n with replication model t: a reference table; n with s: a table
--- local to the coordinator).
+-- queries have Citus's shards filtered out, whether the schema was ever migrated, the
+-- cluster's active primary nodes, and Cyclone's tables of the schema that Citus's metadata
+-- holds, each as name:method (h: a hash-distributed table; n with replication model t: a
+-- reference table; n with s: a table local to the coordinator).
 SELECT (SELECT groupid FROM pg_dist_local_group) AS group_id,
        current_setting('citus.override_table_visibility')::bool AS hides_shards,
+       to_regclass(format('%I.cyclone_migrations', :schema::text)) IS NOT NULL AS migrated,
        (SELECT count(*) FROM pg_dist_node WHERE isactive AND noderole = 'primary') AS nodes,
        ARRAY(SELECT c.relname || ':' || p.partmethod::text || p.repmodel::text
              FROM pg_dist_partition p
