@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -334,6 +336,18 @@ async def reaped(
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
+
+
+async def python_module(module: str, *args: object) -> asyncio.subprocess.Process:
+    """Start ``python -m MODULE ARGS`` from the repository's root, with the root on its path."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        *map(str, args),
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def fast_worker(client: cyclone.Client, **options: Any) -> cyclone.Worker:

@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 
 import asyncpg
 
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import ROOT, reaped
+from tests.conftest import python_module, reaped
 from tests.e2e.events_app import Approval, flow
 
 
 async def start_worker(dsn: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.e2e.events_app",
-        dsn,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    return await python_module("tests.e2e.events_app", dsn)
 
 
 async def test_a_waiting_any_of_node_survives_its_workers_sigkill(

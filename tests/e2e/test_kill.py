@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 
 import asyncpg
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import ROOT, reaped
+from tests.conftest import python_module, reaped
 from tests.e2e.worker_app import charge, flow
 
 
 async def start_worker(dsn: str, lease: float) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.e2e.worker_app",
-        dsn,
-        str(lease),
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    return await python_module("tests.e2e.worker_app", dsn, lease)
 
 
 async def kill_mid_step_then_rescue(env: CycloneEnv, run: cyclone.Run) -> None:

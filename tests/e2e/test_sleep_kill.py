@@ -6,28 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 import signal
-import sys
 
 import asyncpg
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import ROOT, queue_wakeups, reaped
+from tests.conftest import python_module, queue_wakeups, reaped
 from tests.e2e.sleep_app import sleepy
 from tests.integration.test_sleep_nodes import asleep
 
 
 async def start_worker(dsn: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.e2e.sleep_app",
-        dsn,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    return await python_module("tests.e2e.sleep_app", dsn)
 
 
 async def test_a_sleeping_node_wakes_after_its_only_worker_was_killed(

@@ -6,15 +6,13 @@ Together the two readers saw every item once, in order."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 
 import asyncpg
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import ROOT, reaped
+from tests.conftest import python_module, reaped
 from tests.e2e.stream_app import produce
 
 N = 25  # items per attempt
@@ -22,15 +20,7 @@ WAIT = 60.0
 
 
 async def start_worker(dsn: str, lease: float) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.e2e.stream_app",
-        dsn,
-        str(lease),
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    return await python_module("tests.e2e.stream_app", dsn, lease)
 
 
 async def test_a_stream_resumes_after_its_reader_and_writer_died(

@@ -8,9 +8,7 @@ item; the shared completion transaction commits with every completed item or wit
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +18,7 @@ import pytest
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import ROOT, Probe, Records, count_rows, fast_worker, reaped
+from tests.conftest import Probe, Records, count_rows, fast_worker, python_module, reaped
 from tests.e2e.batch_app import charge_batch
 
 probe = Probe()
@@ -339,15 +337,7 @@ async def test_calling_a_batch_step_runs_a_batch_of_one() -> None:
 
 
 async def start_worker(dsn: str, lease: float) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.e2e.batch_app",
-        dsn,
-        str(lease),
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    return await python_module("tests.e2e.batch_app", dsn, lease)
 
 
 async def test_a_batch_whose_worker_is_killed_completes_every_item_once(

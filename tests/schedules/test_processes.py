@@ -10,27 +10,19 @@ import contextlib
 import datetime as dt
 import os
 import signal
-import sys
 from collections import Counter
 
 import cyclone
 from cyclone._model.schedules import slot_key
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import ROOT, reaped
+from tests.conftest import python_module, reaped
 
 SECONDS = float(os.environ.get("CYCLONE_SCHEDULE_E2E_SECONDS", "30"))
 NAME = "e2e.every-second"
 
 
 async def start(dsn: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.schedules.schedule_app",
-        dsn,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    return await python_module("tests.schedules.schedule_app", dsn)
 
 
 async def slot_keys(env: CycloneEnv) -> list[str]:
