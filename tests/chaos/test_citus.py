@@ -29,7 +29,7 @@ from cyclone.testing._citus import CITUS_SETTINGS, form_database
 from tests.chaos.app import TENANTS
 from tests.chaos.cluster import Cluster, cluster_from
 from tests.chaos.harness import Scene
-from tests.chaos.test_scenarios import FAULT, run
+from tests.chaos.test_scenarios import restart, run
 from tests.citus.cluster import SESSIONS, require_citus
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(420)]
@@ -161,13 +161,7 @@ async def test_citus_worker_node_stopped(
     """A worker node stopped at once for FAULT seconds and started again: the completions
     that write its tenants' orders fail and are retried, the others' go on."""
     _, node, other = citus_nodes
-
-    async def fault(scene: Scene) -> None:
-        await asyncio.to_thread(node.stop, "immediate")
-        await asyncio.sleep(FAULT)
-        await asyncio.to_thread(node.start)
-
-    figures = await run(scene, record_figures, fault)
+    figures = await run(scene, record_figures, restart(node))
     assert figures.reexecuted > 0, "no completion writing to the stopped node was retried"
     assert figures.fault_ratio > 0, "no run completed while the node was away"
     messages = retried_errors(scene)
@@ -185,12 +179,6 @@ async def test_citus_coordinator_restart(
     connection is new after the restart: the nodes run with the session setting the docs
     advise, without which their type lookups alone take seconds (docs/scaling.md)."""
     coordinator, *workers = citus_nodes
-
-    async def fault(scene: Scene) -> None:
-        await asyncio.to_thread(coordinator.stop, "immediate")
-        await asyncio.sleep(FAULT)
-        await asyncio.to_thread(coordinator.start)
-
-    figures = await run(scene, record_figures, fault)
+    figures = await run(scene, record_figures, restart(coordinator))
     assert figures.reexecuted > 0, "no attempt was cut off by the stop"
     await orders_match_effects(scene, workers)

@@ -215,15 +215,22 @@ async def test_child_sigkill(scene: Scene, record_figures: Any) -> None:
     assert {r["n"]: r["runs"] for r in counts}.keys() == {1}, counts
 
 
+def restart(cluster: Cluster) -> Callable[[Scene], Awaitable[None]]:
+    """The fault that stops ``cluster`` at once (``-m immediate``) for FAULT seconds, then
+    starts it again."""
+
+    async def fault(scene: Scene) -> None:
+        await asyncio.to_thread(cluster.stop, "immediate")
+        await asyncio.sleep(FAULT)
+        await asyncio.to_thread(cluster.start)
+
+    return fault
+
+
 async def test_postgres_immediate_restart(
     scene: Scene, record_figures: Any, chaos_cluster: Cluster
 ) -> None:
-    async def fault(scene: Scene) -> None:
-        await asyncio.to_thread(chaos_cluster.stop, "immediate")
-        await asyncio.sleep(FAULT)
-        await asyncio.to_thread(chaos_cluster.start)
-
-    await run(scene, record_figures, fault)
+    await run(scene, record_figures, restart(chaos_cluster))
 
 
 async def test_backend_termination_storm(
