@@ -161,7 +161,9 @@ class Client(AsyncResource):
         """Raise :class:`SchemaNotMigratedError` if the schema lacks migrations this package
         ships, :class:`SchemaVersionError` if it has some this package does not know, and
         :class:`UnsupportedPoolerError` if the pool goes through a pooler in transaction mode
-        with asyncpg's statement cache on (docs/operations.md, PgBouncer)."""
+        with asyncpg's statement cache on (docs/operations.md, PgBouncer), and
+        :class:`UnsupportedLayoutError` for a layout on Citus that Cyclone cannot run on
+        (docs/scaling.md)."""
         await self.services.database.check_schema()
 
     async def pending_migrations(self) -> list[int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from cyclone._model.errors import UnsupportedLayoutError
@@ -109,7 +110,9 @@ class Layout:
         return version, node
 
     @contextlib.asynccontextmanager
-    async def marked(self, connection: contextlib.AbstractAsyncContextManager[Any]) -> Any:
+    async def marked(
+        self, connection: contextlib.AbstractAsyncContextManager[Any]
+    ) -> AsyncIterator[Any]:
         """``connection``'s connection, its open transaction marked by :meth:`mark`."""
         async with connection as conn:
             await self.mark(conn)
