@@ -58,3 +58,29 @@ async def test_a_lease_expires_once_the_clock_moves_past_it(cyclone_env: Cyclone
     # (the client's) sees 31 seconds ahead.
     (node,) = (await run.info()).nodes
     assert (node.state, [e["type"] for e in node.errors]) == ("scheduled", ["LeaseExpired"])
+
+
+# A clock that stands still: this connection's cyclone.test_now.
+STILL = "current_setting('cyclone.test_now')::timestamptz"
+
+
+async def test_a_claim_whose_clock_is_behind_the_last_ones_still_counts_its_window(
+    cyclone_env: CycloneEnv,
+) -> None:
+    # Claims take turns on the queue's row, but each reads the time its transaction began,
+    # so a claim may come after another whose clock is ahead of its own.
+    client = cyclone_env.client
+    await client.queues.set_limits("clock", key_rate=10, key_per=1.0, create=True)
+    await later.enqueue_many(client, list(range(30)), group="a")
+    q = Queries(client._queries.schema, clock=STILL)
+
+    async def claim(at: str, limit: int) -> int:
+        await conn.execute(f"SET cyclone.test_now = '2030-01-01 00:00:{at}+00'")
+        request = db.ClaimRequest("clock", [later.name], limit, 30.0, "w", [])
+        return len(await db.task_claim(conn, q, request))
+
+    async with cyclone_env.pool.acquire() as conn:
+        assert await claim("00.0", 10) == 10  # the key's first window is full
+        assert await claim("01.5", 3) == 3  # a window later
+        # Half a second behind that: its window holds the first 10 and those 3.
+        assert await claim("00.9", 10) == 0

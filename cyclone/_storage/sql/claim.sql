@@ -87,7 +87,11 @@ RETURNING t.id, t.run_id, t.node, t.kind, t.attempt, t.max_attempts, t.claims, t
 -- of the queue is in the snapshot; a task that ended since is counted still, which is safe).
 -- Running tasks are counted through the lease index (running_by_lease), and only when a
 -- limit or the turns need them. A per-key rate counts each key's starts in its window
--- from cyclone_key_starts, which the same claims write and prune under the same lock.
+-- from cyclone_key_starts, which the same claims write and prune under the same lock. The
+-- claims' clocks (now(): when each transaction began) need not follow their lock order: a
+-- claim that began before another committed may take its snapshot after it. Starts are
+-- therefore pruned a second after they leave the window, so that a claim whose clock is up
+-- to a second behind the last one's still counts every start in its own window.
 -- After the tasks, one row with a NULL id may follow. When a limit held the claim back, its
 -- retry_in is how many seconds until it can start more (0: at once; NULL: when a task ends).
 -- When the queue uses no flow control in this snapshot (what task_claim_plain checks), its
@@ -247,10 +251,10 @@ WITH async_commit AS (
     INSERT INTO __schema__.cyclone_key_starts (queue, group_key, at)
     SELECT :queue, c.group_key, __now__ FROM claimed c, gate g
     WHERE g.key_rate IS NOT NULL AND c.group_key <> ''
-), pruned AS (
+), pruned AS (  -- a second after they leave the window: see below
     DELETE FROM __schema__.cyclone_key_starts s
     WHERE s.queue = :queue AND (SELECT g.key_rate FROM gate g) IS NOT NULL
-      AND s.at <= __now__ - make_interval(secs => (SELECT g.key_per FROM gate g))
+      AND s.at <= __now__ - make_interval(secs => (SELECT g.key_per FROM gate g) + 1)
 ), kinds_counted AS (  -- likewise for each limited kind that started work
     UPDATE __schema__.cyclone_kind_limits k
     SET version = k.version + 1, refilled_at = __now__,
