@@ -10,6 +10,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import httpx
 import psycopg
 import psycopg_pool
@@ -82,6 +83,30 @@ async def test_completion_transactions_write_each_order_once(
     assert sorted(r.id for r in page.runs) == sorted(r.id for r in runs)
     [stats] = [s for s in await client.stats() if s.queue == "citus"]
     assert stats.completed_last_minute == 20
+
+
+# Each pool connection hears what Citus sends the nodes from the moment it is taken; asyncpg
+# warns of the listener as the connection goes back, and drops it.
+@pytest.mark.filterwarnings("ignore:.*active log listener:asyncpg.InterfaceWarning")
+async def test_a_completion_transaction_prepares_the_node_of_its_order(
+    citus_env: CycloneEnv,
+) -> None:
+    """A handler's completion transaction that writes one tenant's order (one worker node):
+    Citus prepares the node and commits it after the coordinator, as for a caller's."""
+    sent: list[str] = []
+
+    async def log_remote(conn: Any) -> None:
+        conn.add_log_listener(lambda _conn, message: sent.append(message.message))
+
+    remote = {"citus.log_remote_commands": "on", "client_min_messages": "log"}
+    async with asyncpg.create_pool(citus_env.dsn, server_settings=remote, setup=log_remote) as pool:
+        client = cyclone.Client(pool)
+        run = await ship.enqueue(client, 2)  # even: it completes at its first attempt
+        async with fast_worker(client, steps=[ship]):
+            assert await run.result(timeout=60) == 2
+    assert await orders(citus_env) == [(2, 1)]
+    assert sum("PREPARE TRANSACTION" in line for line in sent) == 1, sent
+    assert any(line.startswith("issuing COMMIT PREPARED") for line in sent), sent
 
 
 async def test_a_workflow_submitted_with_an_order_waits_for_its_signal(
