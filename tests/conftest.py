@@ -338,15 +338,20 @@ async def reaped(
         await proc.wait()
 
 
-async def python_module(module: str, *args: object) -> asyncio.subprocess.Process:
-    """Start ``python -m MODULE ARGS`` from the repository's root, with the root on its path."""
+async def python_module(
+    module: str, *args: object, env: dict[str, str] | None = None, **options: Any
+) -> asyncio.subprocess.Process:
+    """Start ``python -m MODULE ARGS`` from the repository's root, with the root on its path,
+    ``env`` added to this process's environment, and ``options`` (``stdout=`` and so on) for
+    :func:`asyncio.create_subprocess_exec`."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         module,
         *map(str, args),
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)},
+        **options,
     )
 
 

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import signal
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ import asyncpg
 
 import cyclone
 from tests.chaos.app import SCHEMA
-from tests.conftest import ROOT
+from tests.conftest import python_module
 
 
 def setting(name: str, default: float) -> float:
@@ -144,13 +143,9 @@ class Scene:
         self._spawned += 1
         stderr = self.workdir / f"{self.name}-{self._spawned}-{args[0]}.log"
         with stderr.open("wb") as sink:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "tests.chaos.app", *args,
-                cwd=ROOT,
-                env={**os.environ, **self.env, "PYTHONPATH": str(ROOT)},
-                stdout=asyncio.subprocess.PIPE,
-                stderr=sink,
-            )  # fmt: skip
+            process = await python_module(
+                "tests.chaos.app", *args, env=self.env, stdout=asyncio.subprocess.PIPE, stderr=sink
+            )
         proc = Proc(process, stderr)
         assert process.stdout is not None
         async with asyncio.timeout(60):

@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections import defaultdict
 
 import msgspec
 
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import ROOT
+from tests.conftest import python_module
 from tests.e2e.submit_once_app import CONFLICTING, KEYS
 
 PROCESSES = 8
 
 
 async def run_process(dsn: str, process: int) -> list[dict[str, object]]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.e2e.submit_once_app",
-        dsn,
-        str(process),
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE,
+    proc = await python_module(
+        "tests.e2e.submit_once_app", dsn, process, stdout=asyncio.subprocess.PIPE
     )
     out, _ = await proc.communicate()
     assert proc.returncode == 0

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from cyclone.testing.plugin import CycloneEnv
-from tests.conftest import ROOT
+from tests.conftest import python_module
 
 
 async def until(
@@ -30,17 +28,7 @@ async def worker_processes(
 ) -> AsyncIterator[list[asyncio.subprocess.Process]]:
     """``n`` worker processes of tests/flow/flow_app.py, live (present) before this yields;
     killed and reaped on the way out."""
-    procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.flow.flow_app",
-            env.dsn,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        for _ in range(n)
-    ]
+    procs = [await python_module("tests.flow.flow_app", env.dsn) for _ in range(n)]
     try:
 
         async def present() -> bool:
