@@ -15,7 +15,10 @@ alternating by round:
   server one table; on Citus a table distributed by tenant, written for one tenant (one
   worker node) or for two tenants whose shards are on different worker nodes. On Citus,
   Cyclone marks its caller transactions so that they commit in two phases either way;
-- the first ``enqueue`` on a new connection: asyncpg's type introspection is part of it.
+- the first ``enqueue`` on a new connection: asyncpg's type introspection is part of it;
+- over a history of finished runs (1,000,000 by default) with autovacuum off: a burst of
+  enqueues drained on the statistics from before it (the claim's plan as a worker meets it
+  after a burst), and the order transactions again.
 
 Before the measured rounds, every figure runs once at small sizes on both sides, unmeasured,
 so that the pools' connections have their statements prepared and their types introspected.
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 import asyncpg
 
 import cyclone
-from benchmarks import embedded, library, report
+from benchmarks import embedded, history, library, report
 from benchmarks.floor import Figure
 from benchmarks.jobs import noop, truncate
 from benchmarks.report import Results
@@ -72,9 +75,11 @@ class Sizes:
     jobs: int = 10_000  # enqueue_many jobs, drained jobs
     calls: int = 1_000  # sequential enqueues, order transactions, workflow submits
     fresh: int = 5  # new connections whose first enqueue is timed
+    history: int = 1_000_000  # finished runs under the stale drain and the order transactions
+    cap: float = 60.0  # seconds a stale drain may take before it is cut short
 
 
-QUICK = Sizes(rounds=1, jobs=2_000, calls=200, fresh=3)
+QUICK = Sizes(rounds=1, jobs=2_000, calls=200, fresh=3, history=20_000, cap=15.0)
 WARM = Sizes(rounds=1, jobs=2_000, calls=100, fresh=1)
 
 
@@ -107,11 +112,10 @@ async def tenants(pool: asyncpg.Pool, citus: bool) -> tuple[int, int]:
 
 async def enqueue_with_orders(side: Side, n: int, spread: Sequence[int], label: str) -> Figure:
     """``n`` transactions, each inserting one order per tenant of ``spread`` and enqueueing a
-    job with ``enqueue_tx``; transactions/s."""
+    job with ``enqueue_tx``; transactions/s. The jobs are deleted afterwards, and the
+    finished runs of a history kept."""
     pool = side.pool
     client = cyclone.Client(pool)
-    await truncate(pool)
-    await pool.execute("TRUNCATE orders")
     start = time.perf_counter()
     for i in range(n):
         async with pool.acquire() as conn, client.transaction(conn) as tx:
@@ -123,7 +127,8 @@ async def enqueue_with_orders(side: Side, n: int, spread: Sequence[int], label: 
     if orders != n * len(spread):
         raise RuntimeError(f"{label}: {orders} orders written, {n * len(spread)} expected")
     await pool.execute("TRUNCATE orders")
-    await truncate(pool)
+    await pool.execute("DELETE FROM cyclone_tasks")
+    await pool.execute("DELETE FROM cyclone_runs WHERE state = 'pending'")
     return Figure(label, n / elapsed, "tx/s", f"n={n}")
 
 
@@ -156,17 +161,53 @@ def measures(sizes: Sizes) -> list[Measure]:
     ]
 
 
+def over_history(sizes: Sizes) -> list[Measure]:
+    s = sizes
+
+    async def stale(side: Side) -> Figure:
+        figure, _ = await embedded.stale_drain(
+            side.pool, side.dsn, s.jobs, 16, analyze=False, cap=s.cap
+        )
+        return figure
+
+    return [
+        stale,
+        lambda side: enqueue_with_orders(
+            side, s.calls, side.tenants[:1], "enqueue + 1 order, history"
+        ),
+    ]
+
+
 async def run(sides: tuple[Side, Side], sizes: Sizes) -> tuple[Results, Results]:
     """Every figure on both sides, back to back, for each round; the side that goes first
-    alternates by round."""
+    alternates by round. Then, on a history of finished runs built on both, the figures over
+    it likewise."""
     for measure in measures(WARM):
         for side in sides:
             await side.settle()
             await measure(side)
     results: tuple[Results, Results] = ({}, {})
-    for number in range(sizes.rounds):
+    await rounds(sides, measures(sizes), sizes.rounds, results)
+    for side in sides:
+        await truncate(side.pool)
+        await history.build_history(side.pool, sizes.history)
+        await history.autovacuum(side.pool, enabled=False)
+    try:
+        await rounds(sides, over_history(sizes), sizes.rounds, results)
+    finally:
+        for side in sides:
+            await history.autovacuum(side.pool, enabled=True)
+            await truncate(side.pool)
+    return results
+
+
+async def rounds(
+    sides: tuple[Side, Side], measured: list[Measure], count: int, results: tuple[Results, Results]
+) -> None:
+    """``count`` rounds of the ``measured`` figures into ``results``, both sides back to back."""
+    for number in range(count):
         order = (0, 1) if number % 2 == 0 else (1, 0)
-        for measure in measures(sizes):
+        for measure in measured:
             for index in order:
                 side = sides[index]
                 await side.settle()
@@ -179,7 +220,6 @@ async def run(sides: tuple[Side, Side], sizes: Sizes) -> tuple[Results, Results]
                         f"{figure.value:,.2f} {figure.unit} ({time.perf_counter() - step:.0f} s)",
                         file=sys.stderr,
                     )
-    return results
 
 
 def table(plain: Results, citus: Results) -> str:
@@ -242,8 +282,8 @@ async def measure(plain: str, coordinator: str, workers: Sequence[str], sizes: S
         elapsed = time.perf_counter() - start
     header.append(
         f"# {sizes.rounds} round(s), {sizes.jobs:,} jobs, {sizes.calls:,} calls, "
-        f"{sizes.fresh} new connections; best round shown, (min-max) over rounds; "
-        f"took {elapsed:.0f} s"
+        f"{sizes.fresh} new connections, then {sizes.history:,} finished runs, autovacuum "
+        f"off; best round shown, (min-max) over rounds; took {elapsed:.0f} s"
     )
     return "\n".join([*header, "", table(alone, spread)])
 
