@@ -41,6 +41,12 @@ def require_citus() -> None:
     pytest.skip(why)
 
 
+def prepared_on(sent: list[str]) -> int:
+    """How many nodes a transaction was prepared on (its first phase), from the commands
+    Citus logged sending them (``citus.log_remote_commands``)."""
+    return sum("PREPARE TRANSACTION" in line for line in sent)
+
+
 class CitusDatabases(DatabaseFactory):
     """:class:`cyclone.testing.plugin.DatabaseFactory` on a Citus cluster: each database is
     made on every node, cloned from a template with the ``citus`` extension (and, on the

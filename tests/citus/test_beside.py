@@ -20,6 +20,7 @@ import cyclone
 import cyclone.sync
 import cyclone.web
 from cyclone.testing.plugin import CycloneEnv
+from tests.citus.cluster import prepared_on
 from tests.cli.process import cli
 from tests.conftest import Listener, fast_worker, listening
 
@@ -105,7 +106,7 @@ async def test_a_completion_transaction_prepares_the_node_of_its_order(
         async with fast_worker(client, steps=[ship]):
             assert await run.result(timeout=60) == 2
     assert await orders(citus_env) == [(2, 1)]
-    assert sum("PREPARE TRANSACTION" in line for line in sent) == 1, sent
+    assert prepared_on(sent) == 1, sent
     assert any(line.startswith("issuing COMMIT PREPARED") for line in sent), sent
 
 
@@ -172,7 +173,7 @@ def test_the_synchronous_client_writes_beside_orders(citus_env: CycloneEnv) -> N
         assert client.get_run(run.id).status() is cyclone.RunState.PENDING
         assert [r.id for r in client.list_runs().runs] == [run.id]
     # One worker node written, prepared and committed after the coordinator.
-    assert sum("PREPARE TRANSACTION" in line for line in remote) == 1, remote
+    assert prepared_on(remote) == 1, remote
 
 
 async def test_the_dashboard_and_the_cli_list_what_ran(citus_env: CycloneEnv) -> None:

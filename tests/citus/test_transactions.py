@@ -15,6 +15,7 @@ import pytest
 
 import cyclone
 from cyclone.testing.plugin import CycloneEnv
+from tests.citus.cluster import prepared_on
 from tests.conftest import fast_worker
 
 ORDERS = """
@@ -70,11 +71,6 @@ async def remote_commands(conn: Any) -> AsyncIterator[list[str]]:
     finally:
         conn.remove_log_listener(keep)
         await conn.execute("RESET citus.log_remote_commands; RESET client_min_messages")
-
-
-def prepared_on(sent: list[str]) -> int:
-    """How many nodes a logged transaction was prepared on (its first phase)."""
-    return sum("PREPARE TRANSACTION" in line for line in sent)
 
 
 async def test_a_job_commits_with_a_tenants_orders(citus_env: CycloneEnv) -> None:
